@@ -1,0 +1,274 @@
+"""Manager side of the workers: start them, send requests, survive their hangs and crashes.
+
+One persistent worker per group (code root x platform) runs attempts back to back; a case with
+``fresh_process = true`` gets a worker of its own for one attempt. A worker that hangs past the
+attempt's timeout is asked for the stacks of all its threads (SIGUSR1 -> faulthandler), then
+killed with its whole process group; a worker that dies is reported with its signal or exit
+code. Either way the handle is dropped and the next attempt starts a new worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from harness.errors import WorkerError
+
+# Importing torch in the worker before the first attempt keeps its one-off import cost out of
+# the first attempt's duration and lets the worker seed torch before every attempt.
+DEFAULT_PREIMPORT: tuple[str, ...] = ("numpy", "torch")
+STARTUP_TIMEOUT_S = 120.0
+
+
+class WorkerTimeout(Exception):
+    """The worker did not answer in time; ``stacks`` holds its threads' stacks."""
+
+    def __init__(self, seconds: float, stacks: str) -> None:
+        super().__init__(f"no answer after {seconds:.1f} s")
+        self.seconds = seconds
+        self.stacks = stacks
+
+
+class WorkerCrashed(Exception):
+    """The worker process died; ``how`` says by which signal or exit code."""
+
+    def __init__(self, how: str, returncode: int | None, stacks: str) -> None:
+        super().__init__(how)
+        self.how = how
+        self.returncode = returncode
+        self.stacks = stacks
+
+
+def describe_exit(returncode: int | None) -> str:
+    if returncode is None:
+        return "worker vanished"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"worker killed by {name}"
+    return f"worker exited with code {returncode}"
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """How to start a worker: where the code under test lives and which platform it targets."""
+
+    platform: str
+    code_roots: tuple[str, ...] = ()
+    python: str = sys.executable
+    preimport: tuple[str, ...] = DEFAULT_PREIMPORT
+    cwd: str | None = None
+    extra_env: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def group(self) -> str:
+        return f"{self.platform}@{':'.join(self.code_roots) or '.'}"
+
+
+class WorkerHandle:
+    """One live worker process and the pipes to it."""
+
+    def __init__(self, spec: WorkerSpec, log_dir: Path, serial: int) -> None:
+        self.spec = spec
+        log_dir.mkdir(parents=True, exist_ok=True)
+        stem = f"{spec.platform}-{serial:03d}"
+        self.log_path = log_dir / f"{stem}.log"
+        self.dump_path = log_dir / f"{stem}.stacks"
+        self.dump_path.touch()
+        env = dict(os.environ)
+        paths = [*spec.code_roots, env.get("PYTHONPATH", "")]
+        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+        env["HARNESS_PLATFORM"] = spec.platform
+        env.update(dict(spec.extra_env))
+        argv = [spec.python, "-m", "harness.worker", "--stackdump", str(self.dump_path)]
+        for mod in spec.preimport:
+            argv += ["--preimport", mod]
+        self._log: IO[bytes] = open(self.log_path, "ab")  # noqa: SIM115 - closed in close()
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            env=env,
+            cwd=spec.cwd,
+            start_new_session=True,  # its own process group: killable as a whole, no Ctrl-C
+        )
+        self.pid = self.proc.pid
+        self._buf = b""
+        self.attempts_served = 0
+        try:
+            ready = self._read_line(STARTUP_TIMEOUT_S)
+        except WorkerTimeout as exc:
+            self.kill()
+            raise WorkerError(
+                f"worker for {spec.group} did not start within {STARTUP_TIMEOUT_S:.0f} s; "
+                f"log: {self.log_path}"
+            ) from exc
+        except WorkerCrashed as exc:
+            raise WorkerError(
+                f"worker for {spec.group} died at start-up ({exc.how}); log: {self.log_path}\n"
+                + self._log_tail()
+            ) from exc
+        if ready.get("op") != "ready":
+            self.kill()
+            raise WorkerError(f"worker for {spec.group} sent {ready!r} instead of 'ready'")
+
+    def _log_tail(self, n: int = 4000) -> str:
+        try:
+            return self.log_path.read_bytes()[-n:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def _dump_offset(self) -> int:
+        try:
+            return self.dump_path.stat().st_size
+        except OSError:
+            return 0
+
+    def _read_dump(self, offset: int) -> str:
+        try:
+            with self.dump_path.open("rb") as f:
+                f.seek(offset)
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def _read_line(self, timeout: float) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        offset = self._dump_offset()
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerTimeout(timeout, self._collect_stacks(offset))
+            ready, _, _ = select.select([fd], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                rc = self._wait_exit()
+                raise WorkerCrashed(describe_exit(rc), rc, self._read_dump(offset))
+            self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        return dict(json.loads(line))
+
+    def _wait_exit(self) -> int | None:
+        try:
+            return self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return self.proc.returncode
+
+    def _collect_stacks(self, offset: int) -> str:
+        """Ask faulthandler for every thread's stack, give it a moment, then read it."""
+        if self.proc.poll() is None:
+            try:
+                os.kill(self.pid, signal.SIGUSR1)
+            except ProcessLookupError:
+                pass
+            deadline = time.monotonic() + 2.0
+            last = -1
+            while time.monotonic() < deadline:
+                size = self._dump_offset()
+                if size > offset and size == last:
+                    break  # the dump stopped growing
+                last = size
+                time.sleep(0.05)
+        return self._read_dump(offset)
+
+    def request(self, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """Send one request and wait for its answer; raises WorkerTimeout or WorkerCrashed."""
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write((json.dumps(msg) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            rc = self._wait_exit()
+            raise WorkerCrashed(describe_exit(rc), rc, "") from None
+        return self._read_line(timeout)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """Kill the worker and anything it started (its own process group)."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self.proc.kill()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not get ignored
+            pass
+        self._close_files()
+
+    def close(self) -> None:
+        """Ask the worker to exit; kill it if it does not."""
+        if self.proc.poll() is None and self.proc.stdin is not None:
+            try:
+                self.proc.stdin.write(b'{"op": "exit"}\n')
+                self.proc.stdin.flush()
+                self.proc.stdin.close()
+                self.proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+
+    def _close_files(self) -> None:
+        for f in (self.proc.stdin, self.proc.stdout):
+            if f is not None:
+                try:
+                    f.close()
+                except OSError:
+                    pass
+        self._log.close()
+
+
+class WorkerPool:
+    """Live workers by group; a broken one is dropped and replaced on next use."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self._workers: dict[WorkerSpec, WorkerHandle] = {}
+        self._serial = 0
+        self.started = 0
+
+    def _new(self, spec: WorkerSpec) -> WorkerHandle:
+        self._serial += 1
+        self.started += 1
+        return WorkerHandle(spec, self.log_dir, self._serial)
+
+    def get(self, spec: WorkerSpec) -> WorkerHandle:
+        handle = self._workers.get(spec)
+        if handle is None or not handle.alive():
+            if handle is not None:
+                handle.kill()
+            handle = self._new(spec)
+            self._workers[spec] = handle
+        return handle
+
+    def fresh(self, spec: WorkerSpec) -> WorkerHandle:
+        """A worker of its own, for one fresh-interpreter attempt; the caller closes it."""
+        return self._new(spec)
+
+    def discard(self, spec: WorkerSpec) -> None:
+        handle = self._workers.pop(spec, None)
+        if handle is not None:
+            handle.kill()
+
+    def close(self) -> None:
+        for handle in self._workers.values():
+            handle.close()
+        self._workers.clear()

@@ -1,0 +1,124 @@
+"""Runner profiles: one TOML file per runner class in ``runners/`` (``cpu.toml``, ``h100.toml``).
+
+A profile holds the defaults a runner class brings: its platform, the run's time budget, the
+retry policy, and per-case latency budgets for that hardware.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.errors import ProfileError
+
+RETRY_CLASSES: tuple[str, ...] = ("infra", "oom", "timeout", "crashed")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How many extra attempts a retryable failure earns, and what counts as retryable."""
+
+    retries: int = 1
+    retry_on: tuple[str, ...] = ("infra", "oom", "timeout")
+    patterns: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A runner class."""
+
+    name: str = "cpu"
+    platform: str = "cpu"
+    device_count: int = 0
+    time_budget_s: float | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    budgets: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    source: str = ""
+
+
+def _expect(path: Path, key: str, value: Any, types: tuple[type, ...], name: str) -> Any:
+    if isinstance(value, bool) and bool not in types:
+        raise ProfileError(f"{path}: key '{key}' = {value!r}: expected {name}")
+    if not isinstance(value, types):
+        raise ProfileError(f"{path}: key '{key}' = {value!r}: expected {name}")
+    return value
+
+
+def load_profile(path: Path) -> Profile:
+    """Read and validate one profile file."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ProfileError(f"{path}: no such runner profile") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"{path}: not valid TOML: {exc}") from exc
+    known = {"name", "platform", "device_count", "time_budget_s", "retry", "budgets"}
+    for key in data:
+        if key not in known:
+            raise ProfileError(f"{path}: unknown key '{key}' (known keys: {sorted(known)})")
+    retry_raw = _expect(path, "retry", data.get("retry", {}), (dict,), "a table")
+    for key in retry_raw:
+        if key not in {"retries", "retry_on", "patterns"}:
+            raise ProfileError(f"{path}: unknown key 'retry.{key}'")
+    retry_on = tuple(_expect(path, "retry.retry_on", retry_raw.get("retry_on", ["infra", "oom",
+                                                                                "timeout"]),
+                             (list,), "a list of strings"))
+    for cls in retry_on:
+        if cls not in RETRY_CLASSES:
+            raise ProfileError(
+                f"{path}: key 'retry.retry_on' has {cls!r}: expected one of {RETRY_CLASSES}"
+            )
+    patterns = tuple(_expect(path, "retry.patterns", retry_raw.get("patterns", []), (list,),
+                             "a list of regular expressions"))
+    for pat in patterns:
+        try:
+            re.compile(pat)
+        except (re.error, TypeError) as exc:
+            raise ProfileError(f"{path}: key 'retry.patterns' has {pat!r}: {exc}") from exc
+    budgets_raw = _expect(path, "budgets", data.get("budgets", {}), (dict,), "a table")
+    budgets: dict[str, dict[str, float]] = {}
+    for case_id, stages in budgets_raw.items():
+        _expect(path, f"budgets.{case_id}", stages, (dict,), "a table of stage = seconds")
+        budgets[case_id] = {
+            s: float(_expect(path, f"budgets.{case_id}.{s}", v, (int, float), "seconds"))
+            for s, v in stages.items()
+        }
+    budget = data.get("time_budget_s")
+    if budget is not None:
+        _expect(path, "time_budget_s", budget, (int, float), "seconds")
+    return Profile(
+        name=_expect(path, "name", data.get("name", path.stem), (str,), "a string"),
+        platform=_expect(path, "platform", data.get("platform", "cpu"), (str,), "a string"),
+        device_count=_expect(path, "device_count", data.get("device_count", 0), (int,),
+                             "an integer"),
+        time_budget_s=float(budget) if budget is not None else None,
+        retry=RetryPolicy(
+            retries=_expect(path, "retry.retries", retry_raw.get("retries", 1), (int,),
+                            "an integer"),
+            retry_on=retry_on,
+            patterns=patterns,
+        ),
+        budgets=budgets,
+        source=str(path),
+    )
+
+
+def resolve_profile(name_or_path: str | None, runners_dir: Path) -> Profile:
+    """A profile by name (``runners/<name>.toml``) or path; the built-in CPU defaults if None."""
+    if name_or_path is None:
+        default = runners_dir / "cpu.toml"
+        return load_profile(default) if default.is_file() else Profile()
+    p = Path(name_or_path)
+    if p.suffix == ".toml" or p.is_file():
+        return load_profile(p)
+    candidate = runners_dir / f"{name_or_path}.toml"
+    if not candidate.is_file():
+        available = sorted(q.stem for q in runners_dir.glob("*.toml"))
+        raise ProfileError(
+            f"runner profile '{name_or_path}' not found in {runners_dir} (available: {available})"
+        )
+    return load_profile(candidate)
