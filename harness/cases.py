@@ -49,10 +49,10 @@ class CheckSpec:
     op: str
     threshold: Any
     thresholds: Mapping[str, Any] = field(default_factory=dict)
-    policy: str = "fail"
+    policy: Literal["fail", "warn"] = "fail"
     output: str | None = None
     frames: FrameSpec | None = None
-    reduce: str = "worst"
+    reduce: Literal["worst", "mean"] = "worst"
     name: str = ""
     settings: Mapping[str, Any] = field(default_factory=dict)
 
@@ -157,9 +157,7 @@ def _check_keys(
     for key, value in table.items():
         if key not in spec:
             known = ", ".join(sorted(spec))
-            raise CaseFileError(
-                ctx.path, f"{ctx.where}: unknown key '{key}' (known keys: {known})"
-            )
+            raise CaseFileError(ctx.path, f"{ctx.where}: unknown key '{key}' (known keys: {known})")
         types, name = spec[key]
         if not _type_ok(value, types):
             raise ctx.fail(key, value, f"{name}, got {type(value).__name__}")
@@ -217,9 +215,11 @@ def _parse_check(ctx: _Ctx, index: int, raw: Any) -> CheckSpec:
 
 def parse_case(path: Path, raw: Any, where: str) -> Case:
     """Validate one case table; ``where`` says which table of the file it is."""
-    ctx = _Ctx(path, where)
     if not isinstance(raw, dict):
         raise CaseFileError(path, f"{where}: expected a table, got {type(raw).__name__}")
+    if isinstance(raw.get("id"), str):
+        where = f"{where} (case '{raw['id']}')"
+    ctx = _Ctx(path, where)
     _check_keys(ctx, raw, _CASE_KEYS)
     if "id" not in raw:
         raise CaseFileError(path, f"{where}: missing required key 'id'")
@@ -232,9 +232,7 @@ def parse_case(path: Path, raw: Any, where: str) -> Case:
         raise ctx.fail("kind", raw["kind"], "one of " + ", ".join(KINDS))
     has_target, has_command = "target" in raw, "command" in raw
     if has_target == has_command:
-        raise CaseFileError(
-            path, f"{ctx.where}: exactly one of 'target' or 'command' is required"
-        )
+        raise CaseFileError(path, f"{ctx.where}: exactly one of 'target' or 'command' is required")
     if has_target and (":" not in raw["target"] or raw["target"].count(":") != 1):
         raise ctx.fail("target", raw["target"], 'a string "module:function"')
     command = _str_list(ctx, "command", raw["command"]) if has_command else None
@@ -362,8 +360,14 @@ def case_from_json(d: Mapping[str, Any]) -> Case:
     """Inverse of :func:`case_to_json`."""
     kw = dict(d)
     kw["checks"] = tuple(
-        CheckSpec(**{**c, "frames": tuple(c["frames"]) if isinstance(c.get("frames"), list)
-                     else c.get("frames")})
+        CheckSpec(
+            **{
+                **c,
+                "frames": tuple(c["frames"])
+                if isinstance(c.get("frames"), list)
+                else c.get("frames"),
+            }
+        )
         for c in d.get("checks", ())
     )
     kw["command"] = tuple(d["command"]) if d.get("command") is not None else None

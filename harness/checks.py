@@ -56,8 +56,9 @@ def finiteness_checks(outputs: Mapping[str, Mapping[str, Any]]) -> list[CheckRes
                 policy="fail",
                 passed=nonfinite == 0,
                 output=name,
-                reason=None if nonfinite == 0 else
-                f"output '{name}' contains {nonfinite} NaN/Inf values",
+                reason=None
+                if nonfinite == 0
+                else f"output '{name}' contains {nonfinite} NaN/Inf values",
             )
         )
     return out
@@ -68,21 +69,37 @@ def note_check(spec: CheckSpec, notes: Mapping[str, Any], chain: Sequence[str]) 
     threshold = spec.threshold_for(chain)
     if key not in notes:
         return CheckResult(
-            spec.name, spec.metric, None, spec.op, threshold, spec.policy,  # type: ignore[arg-type]
-            passed=False, reason=f"the target recorded no note '{key}' "
-            f"(recorded: {sorted(notes) or 'none'})",
+            spec.name,
+            spec.metric,
+            None,
+            spec.op,
+            threshold,
+            spec.policy,
+            passed=False,
+            reason=f"the target recorded no note '{key}' (recorded: {sorted(notes) or 'none'})",
         )
     value = notes[key]
     return CheckResult(
-        spec.name, spec.metric, value, spec.op, threshold, spec.policy,  # type: ignore[arg-type]
+        spec.name,
+        spec.metric,
+        value,
+        spec.op,
+        threshold,
+        spec.policy,
         passed=compare(value, spec.op, threshold),
     )
 
 
 def _not_run(spec: CheckSpec, chain: Sequence[str], reason: str) -> CheckResult:
     return CheckResult(
-        spec.name, spec.metric, None, spec.op, spec.threshold_for(chain),
-        spec.policy, passed=None, reason=reason,  # type: ignore[arg-type]
+        spec.name,
+        spec.metric,
+        None,
+        spec.op,
+        spec.threshold_for(chain),
+        spec.policy,
+        passed=None,
+        reason=reason,
     )
 
 
@@ -114,8 +131,13 @@ def evaluate_attempt_checks(
             known = sorted({*quality.QUALITY_METRICS, *CASE_LEVEL_METRICS, "note.<key>"})
             results.append(
                 CheckResult(
-                    spec.name, spec.metric, None, spec.op, spec.threshold_for(platform_chain),
-                    spec.policy, passed=False,  # type: ignore[arg-type]
+                    spec.name,
+                    spec.metric,
+                    None,
+                    spec.op,
+                    spec.threshold_for(platform_chain),
+                    spec.policy,
+                    passed=False,
                     reason=f"unknown metric '{spec.metric}' in {case.source} "
                     f"(known: {', '.join(known)})",
                 )
@@ -138,7 +160,12 @@ def identical_outputs_check(spec: CheckSpec, attempts: Iterable[Attempt]) -> Che
     ]
     if len(measured) < 2:
         return CheckResult(
-            spec.name, spec.metric, None, spec.op, spec.threshold, spec.policy,  # type: ignore[arg-type]
+            spec.name,
+            spec.metric,
+            None,
+            spec.op,
+            spec.threshold,
+            spec.policy,
             passed=False,
             reason=f"needs at least 2 passing measured attempts, got {len(measured)} "
             "(set repeats >= 2)",
@@ -151,17 +178,23 @@ def identical_outputs_check(spec: CheckSpec, attempts: Iterable[Attempt]) -> Che
             if len(set(vals)) > 1:
                 details.append({"output": name, "hashes": ", ".join(str(v) for v in vals)})
     return CheckResult(
-        spec.name, spec.metric, same, spec.op, spec.threshold, spec.policy,  # type: ignore[arg-type]
+        spec.name,
+        spec.metric,
+        same,
+        spec.op,
+        spec.threshold,
+        spec.policy,
         passed=compare(same, spec.op, spec.threshold),
-        reason=None if same else "outputs differ between attempts: "
-        + ", ".join(d["output"] for d in details),
+        reason=None
+        if same
+        else "outputs differ between attempts: " + ", ".join(d["output"] for d in details),
         details=tuple(details),
     )
 
 
-def budget_checks(case_id: str, budget: Mapping[str, float], attempts: Sequence[Attempt]) -> list[
-    CheckResult
-]:
+def budget_checks(
+    case_id: str, budget: Mapping[str, float], attempts: Sequence[Attempt]
+) -> list[CheckResult]:
     """Median seconds per stage over measured passing attempts, against the budget."""
     samples: dict[str, list[float]] = {}
     for a in attempts:
@@ -176,8 +209,14 @@ def budget_checks(case_id: str, budget: Mapping[str, float], attempts: Sequence[
         if not vals:
             out.append(
                 CheckResult(
-                    f"budget({stage})", f"latency.{stage}", None, "<=", limit, "fail",
-                    passed=False, reason=f"stage '{stage}' was not recorded by any passing "
+                    f"budget({stage})",
+                    f"latency.{stage}",
+                    None,
+                    "<=",
+                    limit,
+                    "fail",
+                    passed=False,
+                    reason=f"stage '{stage}' was not recorded by any passing "
                     f"measured attempt of '{case_id}'",
                 )
             )
@@ -186,7 +225,12 @@ def budget_checks(case_id: str, budget: Mapping[str, float], attempts: Sequence[
         median = vals[n // 2] if n % 2 else (vals[n // 2 - 1] + vals[n // 2]) / 2
         out.append(
             CheckResult(
-                f"budget({stage})", f"latency.{stage}", median, "<=", limit, "fail",
+                f"budget({stage})",
+                f"latency.{stage}",
+                median,
+                "<=",
+                limit,
+                "fail",
                 passed=median <= limit,
                 settings={"statistic": "median", "n": n, "unit": "s"},
                 details=tuple({"attempt": i, "obtained": v} for i, v in enumerate(vals)),

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+from harness.cases import LoadResult, load_suite
 from harness.errors import HarnessError, UsageError
 
 RUN_EXAMPLE = """\
@@ -34,14 +35,25 @@ def _progress_printer() -> tuple[float, object]:
 
 
 def _common_suite_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("paths", nargs="*", type=Path,
-                   help="case files or folders (default: cases/)")
-    p.add_argument("-k", dest="keyword", metavar="EXPR",
-                   help="select cases by a pytest-style expression over their names")
-    p.add_argument("--platform", action="append", dest="platforms", metavar="NAME",
-                   help="platform to run on (repeatable; default: the runner profile's)")
-    p.add_argument("--runner", metavar="PROFILE",
-                   help="runner profile name in runners/ or a path to one (default: cpu)")
+    p.add_argument("paths", nargs="*", type=Path, help="case files or folders (default: cases/)")
+    p.add_argument(
+        "-k",
+        dest="keyword",
+        metavar="EXPR",
+        help="select cases by a pytest-style expression over their names",
+    )
+    p.add_argument(
+        "--platform",
+        action="append",
+        dest="platforms",
+        metavar="NAME",
+        help="platform to run on (repeatable; default: the runner profile's)",
+    )
+    p.add_argument(
+        "--runner",
+        metavar="PROFILE",
+        help="runner profile name in runners/ or a path to one (default: cpu)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,52 +67,74 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     run = sub.add_parser(
-        "run", help="run cases and write reports/<run-id>/",
+        "run",
+        help="run cases and write reports/<run-id>/",
         description="Run cases through persistent workers, check them, write report.json, "
         "junit.xml and summary.md under --out/<run-id>/.",
-        epilog=RUN_EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=RUN_EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _common_suite_args(run)
     run.add_argument("--repeats", type=int, metavar="N", help="measured runs per case")
-    run.add_argument("--retries", type=int, metavar="N",
-                     help="extra attempts after a retryable failure (default: case/profile)")
-    run.add_argument("--budget", type=float, metavar="SECONDS",
-                     help="wall-clock budget of the run; retries that do not fit are declined")
-    run.add_argument("--out", type=Path, default=Path("reports"), metavar="DIR",
-                     help="where run folders go (default: reports/)")
+    run.add_argument(
+        "--retries",
+        type=int,
+        metavar="N",
+        help="extra attempts after a retryable failure (default: case/profile)",
+    )
+    run.add_argument(
+        "--budget",
+        type=float,
+        metavar="SECONDS",
+        help="wall-clock budget of the run; retries that do not fit are declined",
+    )
+    run.add_argument(
+        "--out",
+        type=Path,
+        default=Path("reports"),
+        metavar="DIR",
+        help="where run folders go (default: reports/)",
+    )
     run.add_argument("--run-id", metavar="ID", help="name of the run folder (default: time-based)")
-    run.add_argument("--code-root", action="append", dest="code_roots", metavar="DIR",
-                     help="folder put on the workers' sys.path (repeatable; "
-                     "default: targets/tinyav)")
-    run.add_argument("--references", type=Path, default=Path("references"), metavar="DIR",
-                     help="reference store, read-only (default: references/)")
+    run.add_argument(
+        "--code-root",
+        action="append",
+        dest="code_roots",
+        metavar="DIR",
+        help="folder put on the workers' sys.path (repeatable; default: targets/tinyav)",
+    )
+    run.add_argument(
+        "--references",
+        type=Path,
+        default=Path("references"),
+        metavar="DIR",
+        help="reference store, read-only (default: references/)",
+    )
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
 
     plan = sub.add_parser(
-        "plan", help="show what `harness run` would run, without running it",
+        "plan",
+        help="show what `harness run` would run, without running it",
         epilog="example:\n  harness plan cases/ -k loader",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _common_suite_args(plan)
 
     report = sub.add_parser(
-        "report", help="re-render junit.xml and summary.md from a run's report.json",
+        "report",
+        help="re-render junit.xml and summary.md from a run's report.json",
         epilog="example:\n  harness report reports/latest",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     report.add_argument("run_dir", type=Path, help="a run folder or its report.json")
 
-    try:
-        from harness import cli_refs
-    except ImportError:  # pragma: no cover - shipped with the package
-        pass
-    else:
-        cli_refs.add_parser(sub)
+    from harness import cli_refs
+
+    cli_refs.add_parser(sub)
     return parser
 
 
-def _load(paths: Sequence[Path]):  # type: ignore[no-untyped-def]
-    from harness.cases import load_suite
+def _load(paths: Sequence[Path]) -> LoadResult:
 
     return load_suite(list(paths) or [Path("cases")])
 
@@ -121,8 +155,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for item in items:
         c = item.case
         extra = f"  (skipped: {item.skip_reason})" if item.skip_reason else ""
-        print(f"{item.name}  repeats={c.repeats} warmup={c.warmup} seed={c.seed}"
-              f"{' fresh_process' if c.fresh_process else ''}{extra}")
+        print(
+            f"{item.name}  repeats={c.repeats} warmup={c.warmup} seed={c.seed}"
+            f"{' fresh_process' if c.fresh_process else ''}{extra}"
+        )
     print(f"{len(items)} item(s), {len(suite.errors)} bad case file(s)", file=sys.stderr)
     return 2 if suite.errors else 0
 
@@ -135,8 +171,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     for name in ("repeats", "retries"):
         value = getattr(args, name)
         if value is not None and value < (1 if name == "repeats" else 0):
-            raise UsageError(f"--{name} {value}: expected an integer >= "
-                             f"{1 if name == 'repeats' else 0}")
+            raise UsageError(
+                f"--{name} {value}: expected an integer >= {1 if name == 'repeats' else 0}"
+            )
     if args.budget is not None and args.budget <= 0:
         raise UsageError(f"--budget {args.budget}: expected a positive number of seconds")
     profile = resolve_profile(args.runner, Path("runners"))
@@ -144,30 +181,33 @@ def cmd_run(args: argparse.Namespace) -> int:
     for err in suite.errors:
         print(f"error: {err}", file=sys.stderr)
     items = build_plan(suite.cases, _platforms(args, profile.platform), args.keyword)
-    code_roots = args.code_roots or (
-        ["targets/tinyav"] if Path("targets/tinyav").is_dir() else []
-    )
+    code_roots = args.code_roots or (["targets/tinyav"] if Path("targets/tinyav").is_dir() else [])
     _, say = _progress_printer()
-    runner = Runner(RunOptions(
-        profile=profile,
-        out_root=args.out,
-        run_id=args.run_id,
-        code_roots=tuple(str(Path(r).resolve()) for r in code_roots),
-        references_root=str(args.references.resolve()) if args.references.is_dir() else None,
-        repeats=args.repeats,
-        retries=args.retries,
-        budget_s=args.budget,
-        argv=tuple(sys.argv),
-        cwd=str(Path.cwd()),
-        progress=None if args.quiet else say,  # type: ignore[arg-type]
-    ))
+    runner = Runner(
+        RunOptions(
+            profile=profile,
+            out_root=args.out,
+            run_id=args.run_id,
+            code_roots=tuple(str(Path(r).resolve()) for r in code_roots),
+            references_root=str(args.references.resolve()) if args.references.is_dir() else None,
+            repeats=args.repeats,
+            retries=args.retries,
+            budget_s=args.budget,
+            argv=tuple(sys.argv),
+            cwd=str(Path.cwd()),
+            progress=None if args.quiet else say,  # type: ignore[arg-type]
+        )
+    )
     print(f"run {runner.run_id}: {len(items)} item(s) -> {runner.run_dir}", file=sys.stderr)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         if runner.stop_requested:
             raise KeyboardInterrupt
-        print(f"\n{signal.Signals(signum).name}: finishing the attempt in flight, then writing "
-              "the report (send again to abort now)", file=sys.stderr)
+        print(
+            f"\n{signal.Signals(signum).name}: finishing the attempt in flight, then writing "
+            "the report (send again to abort now)",
+            file=sys.stderr,
+        )
         runner.request_stop()
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -178,12 +218,17 @@ def cmd_run(args: argparse.Namespace) -> int:
             signal.signal(s, h)
         report = runner.finish(suite.errors)
     counts = {k: v for k, v in report.counts().items() if v}
-    print(f"{runner.run_dir}: " + ", ".join(f"{v} {k}" for k, v in counts.items())
-          + (" (interrupted)" if report.interrupted else ""), file=sys.stderr)
+    print(
+        f"{runner.run_dir}: "
+        + ", ".join(f"{v} {k}" for k, v in counts.items())
+        + (" (interrupted)" if report.interrupted else ""),
+        file=sys.stderr,
+    )
     for c in report.cases:
         if c.status not in ("passed", "skipped"):
-            print(f"  {c.status:8} {c.kind}/{c.id}[{c.platform}]: {c.reason or ''}",
-                  file=sys.stderr)
+            print(
+                f"  {c.status:8} {c.kind}/{c.id}[{c.platform}]: {c.reason or ''}", file=sys.stderr
+            )
     code = exit_code(report, runner.infra_errors)
     # An interrupted run proves nothing about what it did not run: never exit 0 or 7.
     return 3 if report.interrupted and code in (0, 7) else code

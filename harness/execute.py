@@ -112,8 +112,7 @@ def run_attempt(job: Mapping[str, Any], case: Case) -> Attempt:
             fn(**dict(case.params))
     except AssertionError as exc:
         status = "failed"
-        error = make_error("AssertionError", str(exc) or "assertion failed",
-                           traceback.format_exc())
+        error = make_error("AssertionError", str(exc) or "assertion failed", traceback.format_exc())
     except Exception as exc:
         status = "error"
         etype = type(exc).__name__

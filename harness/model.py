@@ -17,7 +17,14 @@ Status = Literal[
     "passed", "failed", "error", "timeout", "crashed", "skipped", "budget_declined", "flaky"
 ]
 STATUSES: tuple[str, ...] = (
-    "passed", "failed", "error", "timeout", "crashed", "skipped", "budget_declined", "flaky"
+    "passed",
+    "failed",
+    "error",
+    "timeout",
+    "crashed",
+    "skipped",
+    "budget_declined",
+    "flaky",
 )
 # Attempt statuses that count as the code under test not passing.
 FAILING: frozenset[str] = frozenset({"failed", "error", "timeout", "crashed"})
@@ -32,6 +39,17 @@ def json_number(x: float | None) -> float | str | None:
         return "nan"
     if math.isinf(x):
         return "inf" if x > 0 else "-inf"
+    return x
+
+
+def json_safe(x: Any) -> Any:
+    """A copy of a JSON-like document with every non-finite float written as a string."""
+    if isinstance(x, float):
+        return json_number(x)
+    if isinstance(x, dict):
+        return {k: json_safe(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [json_safe(v) for v in x]
     return x
 
 
@@ -98,9 +116,7 @@ class CheckResult:
             "output": self.output,
             "reason": self.reason,
             "settings": dict(self.settings),
-            "details": [
-                {k: json_number(v) for k, v in row.items()} for row in self.details
-            ],
+            "details": [{k: json_number(v) for k, v in row.items()} for row in self.details],
         }
 
     @classmethod

@@ -42,7 +42,7 @@ def _keyword_matcher(expr: str) -> Callable[[Iterable[str]], bool]:
     def match(names: Iterable[str]) -> bool:
         lowered = [n.lower() for n in names]
 
-        def has(sub: str, **_: object) -> bool:
+        def has(sub: str, /, **_: str | int | bool | None) -> bool:
             s = sub.lower()
             return any(s in n for n in lowered)
 
@@ -68,8 +68,7 @@ def build_plan(
             skip = None
             if not case.runs_on(platform):
                 skip = (
-                    f"case declares platforms {list(case.platforms)}; "
-                    f"this run targets '{platform}'"
+                    f"case declares platforms {list(case.platforms)}; this run targets '{platform}'"
                 )
             items.append(PlanItem(case=case, platform=platform, skip_reason=skip))
     return items

@@ -9,6 +9,7 @@ code. Either way the handle is dropped and the next attempt starts a new worker.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -173,10 +174,8 @@ class WorkerHandle:
     def _collect_stacks(self, offset: int) -> str:
         """Ask faulthandler for every thread's stack, give it a moment, then read it."""
         if self.proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGUSR1)
-            except ProcessLookupError:
-                pass
             deadline = time.monotonic() + 2.0
             last = -1
             while time.monotonic() < deadline:
@@ -208,10 +207,8 @@ class WorkerHandle:
                 os.killpg(self.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 self.proc.kill()
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):  # SIGKILL is not ignored
             self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not get ignored
-            pass
         self._close_files()
 
     def close(self) -> None:
@@ -229,10 +226,8 @@ class WorkerHandle:
     def _close_files(self) -> None:
         for f in (self.proc.stdin, self.proc.stdout):
             if f is not None:
-                try:
+                with contextlib.suppress(OSError):
                     f.close()
-                except OSError:
-                    pass
         self._log.close()
 
 

@@ -41,8 +41,20 @@ __all__ = [
 ]
 
 _MEDIA_SUFFIXES = {
-    ".mp4", ".mkv", ".mov", ".webm", ".avi", ".wav", ".flac", ".mp3", ".m4a", ".aac", ".ogg",
-    ".png", ".jpg", ".jpeg",
+    ".mp4",
+    ".mkv",
+    ".mov",
+    ".webm",
+    ".avi",
+    ".wav",
+    ".flac",
+    ".mp3",
+    ".m4a",
+    ".aac",
+    ".ogg",
+    ".png",
+    ".jpg",
+    ".jpeg",
 }
 
 
@@ -240,7 +252,8 @@ def _decode_media(path: Path) -> list[Any]:
 
 
 def _is_pathlike(x: Any) -> bool:
-    return isinstance(x, str | os.PathLike)
+    # A Path is always a file; a str is one only if such a file exists (else it is text data).
+    return isinstance(x, os.PathLike) or (isinstance(x, str) and os.path.isfile(x))
 
 
 def _file_hash(path: Path) -> str:
@@ -295,7 +308,11 @@ def fingerprint(name: str, tensor_or_array: Any) -> None:
 
 
 def record_input(name: str, data_or_path: Any) -> None:
-    """Record the hash of an input's decoded content (a media path is decoded first)."""
+    """Record the hash of an input's decoded content (a media path is decoded first).
+
+    ``data_or_path`` is an array or tensor, bytes, a ``Path`` (or a ``str`` naming an existing
+    file), or any other ``str``, which is hashed as text (a prompt, say).
+    """
     if _current is None:
         return
     _current.inputs[name] = hash_input(data_or_path)

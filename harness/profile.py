@@ -64,16 +64,29 @@ def load_profile(path: Path) -> Profile:
     for key in retry_raw:
         if key not in {"retries", "retry_on", "patterns"}:
             raise ProfileError(f"{path}: unknown key 'retry.{key}'")
-    retry_on = tuple(_expect(path, "retry.retry_on", retry_raw.get("retry_on", ["infra", "oom",
-                                                                                "timeout"]),
-                             (list,), "a list of strings"))
+    retry_on = tuple(
+        _expect(
+            path,
+            "retry.retry_on",
+            retry_raw.get("retry_on", ["infra", "oom", "timeout"]),
+            (list,),
+            "a list of strings",
+        )
+    )
     for cls in retry_on:
         if cls not in RETRY_CLASSES:
             raise ProfileError(
                 f"{path}: key 'retry.retry_on' has {cls!r}: expected one of {RETRY_CLASSES}"
             )
-    patterns = tuple(_expect(path, "retry.patterns", retry_raw.get("patterns", []), (list,),
-                             "a list of regular expressions"))
+    patterns = tuple(
+        _expect(
+            path,
+            "retry.patterns",
+            retry_raw.get("patterns", []),
+            (list,),
+            "a list of regular expressions",
+        )
+    )
     for pat in patterns:
         try:
             re.compile(pat)
@@ -93,12 +106,14 @@ def load_profile(path: Path) -> Profile:
     return Profile(
         name=_expect(path, "name", data.get("name", path.stem), (str,), "a string"),
         platform=_expect(path, "platform", data.get("platform", "cpu"), (str,), "a string"),
-        device_count=_expect(path, "device_count", data.get("device_count", 0), (int,),
-                             "an integer"),
+        device_count=_expect(
+            path, "device_count", data.get("device_count", 0), (int,), "an integer"
+        ),
         time_budget_s=float(budget) if budget is not None else None,
         retry=RetryPolicy(
-            retries=_expect(path, "retry.retries", retry_raw.get("retries", 1), (int,),
-                            "an integer"),
+            retries=_expect(
+                path, "retry.retries", retry_raw.get("retries", 1), (int,), "an integer"
+            ),
             retry_on=retry_on,
             patterns=patterns,
         ),

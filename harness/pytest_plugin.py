@@ -1,1 +1,317 @@
-"""pytest plugin (registered through the ``pytest11`` entry point); being written."""
+"""pytest plugin: the case suite as pytest items, executed in batches through harness workers.
+
+``pytest harness/`` (the harness package folder) collects the project's case suite (``cases/``
+next to the rootdir, or ``--harness-cases``) as one item per case and platform, named like
+``pipeline/t2va-int8[cpu]``. Items are not run one process each: the first item of a batch runs
+the whole batch (every selected item of the same kind) through the same persistent workers that
+``harness run`` uses, and each item then reports its own recorded result. With pytest-xdist the
+plugin hands out whole batches, so cases stay batched inside each xdist worker.
+
+Registered through the ``pytest11`` entry point and import-light: loading it imports neither
+torch nor any other part of the harness until a case item is collected.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from harness.model import CaseResult
+    from harness.plan import PlanItem
+    from harness.runner import Runner
+
+_PKG_DIR = Path(__file__).resolve().parent
+_STATE_KEY = pytest.StashKey["_BatchState"]()
+
+
+class HarnessFlakyWarning(pytest.PytestWarning):
+    """A case passed only after a retry: it is flaky, not passed."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("harness", "harness case suite")
+    group.addoption(
+        "--harness-cases",
+        metavar="DIR",
+        default=None,
+        help="case files or folder collected by `pytest harness/` (default: cases/)",
+    )
+    group.addoption(
+        "--harness-runner",
+        metavar="PROFILE",
+        default=None,
+        help="runner profile name in runners/ or a path (default: cpu)",
+    )
+    group.addoption(
+        "--harness-platform",
+        metavar="NAME",
+        action="append",
+        default=None,
+        help="platform to run cases on (repeatable; default: the profile's)",
+    )
+    group.addoption(
+        "--harness-code-root",
+        metavar="DIR",
+        action="append",
+        default=None,
+        help="folder put on the workers' sys.path (default: targets/tinyav)",
+    )
+    group.addoption(
+        "--harness-out",
+        metavar="DIR",
+        default=None,
+        help="where run folders go (default: reports/)",
+    )
+    group.addoption(
+        "--harness-references",
+        metavar="DIR",
+        default=None,
+        help="reference store, read-only (default: references/)",
+    )
+
+
+def _is_harness_package(path: Path) -> bool:
+    try:
+        return path.resolve() == _PKG_DIR
+    except OSError:
+        return False
+
+
+def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if _is_harness_package(path):
+        return CaseSuite.from_parent(parent, path=path)
+    return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_XdistBatches(), "harness-xdist-batches")
+
+
+def _root(config: pytest.Config) -> Path:
+    return Path(config.rootpath)
+
+
+def _opt_path(config: pytest.Config, name: str, default: str) -> Path:
+    value = config.getoption(name)
+    p = Path(value) if value else _root(config) / default
+    return p if p.is_absolute() else Path.cwd() / p
+
+
+class CaseSuite(pytest.Directory):
+    """The harness package folder, collected as the project's case suite."""
+
+    def collect(self) -> Iterator[pytest.Item]:
+        from harness.cases import load_suite
+        from harness.plan import build_plan
+        from harness.profile import resolve_profile
+
+        config = self.config
+        cases_dir = _opt_path(config, "harness_cases", "cases")
+        suite = load_suite([cases_dir])
+        for err in suite.errors:
+            yield CaseFileErrorItem.from_parent(
+                self, name=f"casefile:{Path(err.path).name}", message=str(err)
+            )
+        profile = resolve_profile(config.getoption("harness_runner"), _root(config) / "runners")
+        platforms = config.getoption("harness_platform") or [profile.platform]
+        for plan_item in build_plan(suite.cases, platforms):
+            yield CaseItem.from_parent(self, name=plan_item.name, plan_item=plan_item)
+
+
+class CaseFailed(Exception):
+    """Raised by a case item whose recorded result is not a pass."""
+
+    def __init__(self, result: CaseResult) -> None:
+        super().__init__(result.status)
+        self.result = result
+
+
+class CaseFileErrorItem(pytest.Item):
+    """A case file that did not load: one failing item that names the file and the key."""
+
+    def __init__(self, *, message: str, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.message = message
+
+    def runtest(self) -> None:
+        raise CaseFailedMessage(self.message)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, CaseFailedMessage):
+            return f"bad case file: {self.message}"
+        return str(super().repr_failure(excinfo))
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, self.name
+
+
+class CaseFailedMessage(Exception):
+    pass
+
+
+class CaseItem(pytest.Item):
+    """One case on one platform; its result comes from a batch run through harness workers."""
+
+    def __init__(self, *, plan_item: PlanItem, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.plan_item = plan_item
+        self.batch = plan_item.case.kind
+        self.user_properties.append(("case_source", plan_item.case.source))
+
+    def runtest(self) -> None:
+        state = _state(self.config)
+        result = state.result_for(self)
+        for key, value in (
+            ("status", result.status),
+            ("seed", result.seed),
+            ("attempts", len(result.attempts)),
+        ):
+            self.user_properties.append((key, value))
+        for stage, secs in result.stage_medians().items():
+            self.user_properties.append((f"stage.{stage}", round(secs, 6)))
+        if result.status == "passed":
+            return
+        if result.status == "flaky":
+            failed = [
+                a for a in result.attempts if a.status in ("failed", "error", "timeout", "crashed")
+            ]
+            first = failed[0].error.message.splitlines()[0] if failed and failed[0].error else ""
+            warnings.warn(
+                HarnessFlakyWarning(
+                    f"{self.name} is flaky: passed after {len(failed)} failed attempt(s); "
+                    f"first failure: {first}"
+                ),
+                stacklevel=1,
+            )
+            state.flaky.append(self.name)
+            return
+        if result.status == "skipped":
+            pytest.skip(result.reason or "skipped")
+        raise CaseFailed(result)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, CaseFailed):
+            from harness.explain import explain_case
+
+            return explain_case(excinfo.value.result)
+        return str(super().repr_failure(excinfo))
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return Path(self.plan_item.case.source), None, self.name
+
+
+class _BatchState:
+    """One Runner per pytest process; runs batches on demand and keeps their results."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.runner: Runner | None = None
+        self.results: dict[str, CaseResult] = {}
+        self.flaky: list[str] = []
+
+    def _make_runner(self) -> Runner:
+        from harness.profile import resolve_profile
+        from harness.runner import Runner, RunOptions, new_run_id
+
+        config = self.config
+        root = _root(config)
+        worker_id = getattr(config, "workerinput", {}).get("workerid")
+        run_id = new_run_id() + (f"-{worker_id}" if worker_id else "")
+        roots = config.getoption("harness_code_root") or (
+            [str(root / "targets" / "tinyav")] if (root / "targets" / "tinyav").is_dir() else []
+        )
+        refs = _opt_path(config, "harness_references", "references")
+        return Runner(
+            RunOptions(
+                profile=resolve_profile(config.getoption("harness_runner"), root / "runners"),
+                out_root=_opt_path(config, "harness_out", "reports"),
+                run_id=run_id,
+                code_roots=tuple(str(Path(r).resolve()) for r in roots),
+                references_root=str(refs) if refs.is_dir() else None,
+                argv=("pytest", *config.invocation_params.args),
+                cwd=str(root),
+                write_latest=worker_id is None,
+            )
+        )
+
+    def result_for(self, item: CaseItem) -> CaseResult:
+        if item.nodeid not in self.results:
+            self._run_batch(item)
+        return self.results[item.nodeid]
+
+    def _run_batch(self, first: CaseItem) -> None:
+        if self.runner is None:
+            self.runner = self._make_runner()
+        session_items = first.session.items
+        start = session_items.index(first)
+        batch = [
+            it
+            for it in session_items[start:]
+            if isinstance(it, CaseItem)
+            and it.batch == first.batch
+            and it.nodeid not in self.results
+        ]
+        for it in batch:
+            self.results[it.nodeid] = self.runner.run_item(it.plan_item)
+
+    def finish(self) -> Path | None:
+        if self.runner is None:
+            return None
+        self.runner.finish()
+        return self.runner.run_dir
+
+
+def _state(config: pytest.Config) -> _BatchState:
+    state = config.stash.get(_STATE_KEY, None)
+    if state is None:
+        state = _BatchState(config)
+        config.stash[_STATE_KEY] = state
+    return state
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    state = session.config.stash.get(_STATE_KEY, None)
+    if state is not None:
+        run_dir = state.finish()
+        if run_dir is not None:
+            session.config.stash[_RUN_DIR_KEY] = run_dir
+
+
+_RUN_DIR_KEY = pytest.StashKey[Path]()
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    run_dir = config.stash.get(_RUN_DIR_KEY, None)
+    state = config.stash.get(_STATE_KEY, None)
+    if run_dir is None:
+        return
+    terminalreporter.write_sep("-", "harness")
+    if state is not None and state.flaky:
+        terminalreporter.write_line(f"flaky (passed only on retry): {', '.join(state.flaky)}")
+    terminalreporter.write_line(f"harness report: {run_dir / 'report.json'}")
+
+
+class _XdistBatches:
+    """Hands whole batches (all cases of one kind) to one xdist worker."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        if config.getoption("dist") not in ("load", "no"):
+            return None  # the user chose a distribution mode: respect it
+        from xdist.scheduler import LoadScopeScheduling
+
+        class CaseBatchScheduling(LoadScopeScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                head, sep, name = nodeid.rpartition("::")
+                # Case items are named "<kind>/<id>[<platform>]": one batch per kind.
+                if sep and "/" in name and name.endswith("]"):
+                    return f"{head}::{name.split('/', 1)[0]}"
+                return super()._split_scope(nodeid)
+
+        return CaseBatchScheduling(config, log)

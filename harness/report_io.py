@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ReportFormatError
-from harness.model import SCHEMA_VERSION, RunReport
+from harness.model import SCHEMA_VERSION, RunReport, json_safe
 
 
 def write_json_atomic(path: Path, doc: Any) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2, allow_nan=False, default=str) + "\n",
-                   encoding="utf-8")
+    tmp.write_text(
+        json.dumps(json_safe(doc), indent=2, allow_nan=False, default=str) + "\n", encoding="utf-8"
+    )
     os.replace(tmp, path)
 
 
@@ -46,8 +47,10 @@ def summary_markdown(report: RunReport) -> str:
     ]
     for c in report.cases:
         note = (c.reason or "").replace("|", "\\|").splitlines()
-        lines.append(f"| `{c.kind}/{c.id}[{c.platform}]` | {c.status} | {len(c.attempts)} | "
-                     f"{note[0] if note else ''} |")
+        lines.append(
+            f"| `{c.kind}/{c.id}[{c.platform}]` | {c.status} | {len(c.attempts)} | "
+            f"{note[0] if note else ''} |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -15,12 +15,26 @@ from dataclasses import dataclass, field
 from harness.model import Attempt
 from harness.profile import RetryPolicy
 
-INFRA_TYPES = frozenset({
-    "ConnectionError", "ConnectionResetError", "ConnectionRefusedError", "ConnectionAbortedError",
-    "HTTPError", "URLError", "RemoteDisconnected", "IncompleteRead", "ProtocolError",
-    "ReadTimeout", "ConnectTimeout", "SSLError", "gaierror", "ChunkedEncodingError",
-    "BrokenPipeError", "InfrastructureError",
-})
+INFRA_TYPES = frozenset(
+    {
+        "ConnectionError",
+        "ConnectionResetError",
+        "ConnectionRefusedError",
+        "ConnectionAbortedError",
+        "HTTPError",
+        "URLError",
+        "RemoteDisconnected",
+        "IncompleteRead",
+        "ProtocolError",
+        "ReadTimeout",
+        "ConnectTimeout",
+        "SSLError",
+        "gaierror",
+        "ChunkedEncodingError",
+        "BrokenPipeError",
+        "InfrastructureError",
+    }
+)
 INFRA_PATTERNS: tuple[str, ...] = (
     r"\bHTTP(?: Error)? ?(?:403|404|408|429|5\d\d)\b",
     r"\b(?:403|429|502|503|504) (?:Forbidden|Too Many Requests|Bad Gateway|Service Unavailable"

@@ -23,7 +23,7 @@ from harness.cases import Case, case_to_json
 from harness.checks import evaluate_case_checks
 from harness.errors import CaseFileError, WorkerError
 from harness.execute import make_error
-from harness.model import FAILING, Attempt, CaseResult, ErrorInfo, RunReport, Status
+from harness.model import FAILING, Attempt, CaseResult, ErrorInfo, RunReport, Status, json_safe
 from harness.plan import PlanItem
 from harness.pool import WorkerCrashed, WorkerHandle, WorkerPool, WorkerSpec, WorkerTimeout
 from harness.profile import Profile, RetryPolicy
@@ -74,8 +74,8 @@ class Runner:
         self.run_dir.mkdir(parents=True, exist_ok=False)
         self.started_at = _now()
         self.pool = WorkerPool(self.run_dir / "workers")
-        budget = options.budget_s if options.budget_s is not None else (
-            options.profile.time_budget_s
+        budget = (
+            options.budget_s if options.budget_s is not None else (options.profile.time_budget_s)
         )
         self.budget = Budget(budget)
         self._jsonl: IO[str] = open(self.run_dir / "attempts.jsonl", "a", encoding="utf-8")  # noqa: SIM115
@@ -102,7 +102,9 @@ class Runner:
 
     def _record(self, attempt: Attempt) -> None:
         """Append one finished attempt to the write-ahead log, and flush it."""
-        self._jsonl.write(json.dumps(attempt.to_json(), default=str) + "\n")
+        self._jsonl.write(
+            json.dumps(json_safe(attempt.to_json()), allow_nan=False, default=str) + "\n"
+        )
         self._jsonl.flush()
         self.all_attempts.append(attempt)
 
@@ -127,7 +129,8 @@ class Runner:
             "seed": case.seed,
             "platform": item.platform,
             "platform_chain": [self.options.profile.name, item.platform, "any"]
-            if self.options.profile.name != item.platform else [item.platform, "any"],
+            if self.options.profile.name != item.platform
+            else [item.platform, "any"],
             "index": index,
             "repeat": repeat,
             "retry": retry,
@@ -135,9 +138,18 @@ class Runner:
             "output_dir": str(out_dir),
             "references_root": self.options.references_root,
         }
-        base = Attempt(case_id=case.id, platform=item.platform, index=index, status="error",
-                       seed=case.seed, warmup=warmup, retry=retry, repeat=repeat,
-                       started_at=_now(), fresh_process=case.fresh_process)
+        base = Attempt(
+            case_id=case.id,
+            platform=item.platform,
+            index=index,
+            status="error",
+            seed=case.seed,
+            warmup=warmup,
+            retry=retry,
+            repeat=repeat,
+            started_at=_now(),
+            fresh_process=case.fresh_process,
+        )
         spec = self._spec(item.platform)
         t0 = time.perf_counter()
         handle: WorkerHandle | None = None
@@ -150,33 +162,53 @@ class Runner:
             )
         except WorkerTimeout as exc:
             self._drop(spec, handle, case)
-            return replace(base, status="timeout", duration_s=time.perf_counter() - t0,
-                           worker_pid=handle.pid if handle else None,
-                           error=ErrorInfo("Timeout", f"attempt exceeded timeout_s = "
-                                           f"{case.timeout_s:g} s; worker stacks captured, "
-                                           "worker killed", "Timeout", exc.stacks))
+            return replace(
+                base,
+                status="timeout",
+                duration_s=time.perf_counter() - t0,
+                worker_pid=handle.pid if handle else None,
+                error=ErrorInfo(
+                    "Timeout",
+                    f"attempt exceeded timeout_s = "
+                    f"{case.timeout_s:g} s; worker stacks captured, "
+                    "worker killed",
+                    "Timeout",
+                    exc.stacks,
+                ),
+            )
         except WorkerCrashed as exc:
             self._drop(spec, handle, case)
-            return replace(base, status="crashed", duration_s=time.perf_counter() - t0,
-                           worker_pid=handle.pid if handle else None,
-                           error=ErrorInfo("WorkerCrashed", exc.how,
-                                           f"WorkerCrashed:{exc.how}", exc.stacks))
+            return replace(
+                base,
+                status="crashed",
+                duration_s=time.perf_counter() - t0,
+                worker_pid=handle.pid if handle else None,
+                error=ErrorInfo("WorkerCrashed", exc.how, f"WorkerCrashed:{exc.how}", exc.stacks),
+            )
         except WorkerError as exc:
             self.infra_errors.append(str(exc))
-            return replace(base, status="error",
-                           error=make_error("WorkerError", str(exc)))
+            return replace(base, status="error", error=make_error("WorkerError", str(exc)))
         if case.fresh_process and handle is not None:
             handle.close()
         if reply.get("op") != "result":
             msg = str(reply.get("message", reply))
             self.infra_errors.append(msg)
-            return replace(base, status="error", duration_s=time.perf_counter() - t0,
-                           error=ErrorInfo("InfrastructureError", msg, "InfrastructureError",
-                                           str(reply.get("traceback", ""))))
+            return replace(
+                base,
+                status="error",
+                duration_s=time.perf_counter() - t0,
+                error=ErrorInfo(
+                    "InfrastructureError",
+                    msg,
+                    "InfrastructureError",
+                    str(reply.get("traceback", "")),
+                ),
+            )
         attempt = Attempt.from_json(reply["attempt"])
         outputs = {
             name: {**info, "path": os.path.relpath(info["path"], self.run_dir)}
-            if info.get("path") else dict(info)
+            if info.get("path")
+            else dict(info)
             for name, info in attempt.outputs.items()
         }
         metrics = {c.name: c.value for c in attempt.checks if c.value is not None}
@@ -200,8 +232,10 @@ class Runner:
         if self.stop_requested:
             return self._finish_case(item, "skipped", (), reason="not run: run interrupted")
         prof = self.options.profile
-        retries = self.options.retries if self.options.retries is not None else (
-            case.retries if case.retries is not None else prof.retry.retries
+        retries = (
+            self.options.retries
+            if self.options.retries is not None
+            else (case.retries if case.retries is not None else prof.retry.retries)
         )
         policy = RetryPolicy(retries, prof.retry.retry_on, prof.retry.patterns)
         repeats = self.options.repeats if self.options.repeats is not None else case.repeats
@@ -220,14 +254,19 @@ class Runner:
             failed_before = any(a.status in FAILING for a in attempts)
             status = "flaky" if failed_before else "passed"
         elif self.stop_requested and all(a.status == "passed" for a in measured_finals):
-            return self._finish_case(item, "skipped", tuple(attempts),
-                                     reason="not finished: run interrupted")
+            return self._finish_case(
+                item, "skipped", tuple(attempts), reason="not finished: run interrupted"
+            )
         else:
             status = _worst(measured_finals)
         budget = {**case.budget, **prof.budgets.get(case.id, {})}
         case_checks = evaluate_case_checks(case, attempts, budget)
         last_checks = next(
-            (a.checks for a in reversed(attempts) if not a.warmup and a.status != "budget_declined"),
+            (
+                a.checks
+                for a in reversed(attempts)
+                if not a.warmup and a.status != "budget_declined"
+            ),
             (),
         )
         checks = (*last_checks, *case_checks)
@@ -236,7 +275,11 @@ class Runner:
         return self._finish_case(item, status, tuple(attempts), checks=checks)
 
     def _run_with_retries(
-        self, item: PlanItem, attempts: list[Attempt], repeat: int, warmup: bool,
+        self,
+        item: PlanItem,
+        attempts: list[Attempt],
+        repeat: int,
+        warmup: bool,
         policy: RetryPolicy,
     ) -> Attempt:
         retry = 0
@@ -258,9 +301,15 @@ class Runner:
             fits, left = self.budget.fits(estimate)
             if not fits:
                 declined = Attempt(
-                    case_id=item.case.id, platform=item.platform, index=len(attempts),
-                    status="budget_declined", seed=item.case.seed, warmup=warmup,
-                    retry=retry + 1, repeat=repeat, started_at=_now(),
+                    case_id=item.case.id,
+                    platform=item.platform,
+                    index=len(attempts),
+                    status="budget_declined",
+                    seed=item.case.seed,
+                    warmup=warmup,
+                    retry=retry + 1,
+                    repeat=repeat,
+                    started_at=_now(),
                     error=ErrorInfo(
                         "BudgetDeclined",
                         f"retry {retry + 1} of a {cls} failure declined: estimated "
@@ -268,28 +317,44 @@ class Runner:
                         f"{self.budget.total_s:g} s budget",
                         "BudgetDeclined",
                     ),
-                    metrics={"seconds_left": round(left or 0.0, 3),
-                             "seconds_estimated": round(estimate, 3)},
+                    metrics={
+                        "seconds_left": round(left or 0.0, 3),
+                        "seconds_estimated": round(estimate, 3),
+                    },
                 )
                 attempts.append(declined)
                 self._record(declined)
-                self._say(f"{item.name}: retry declined ({estimate:.1f} s needed, "
-                          f"{left:.1f} s left)")
+                self._say(
+                    f"{item.name}: retry declined ({estimate:.1f} s needed, {left:.1f} s left)"
+                )
                 return attempt
             retry += 1
 
     def _finish_case(
-        self, item: PlanItem, status: Status, attempts: tuple[Attempt, ...], *,
-        reason: str | None = None, checks: tuple[Any, ...] = (),
+        self,
+        item: PlanItem,
+        status: Status,
+        attempts: tuple[Attempt, ...],
+        *,
+        reason: str | None = None,
+        checks: tuple[Any, ...] = (),
     ) -> CaseResult:
         if reason is None and status not in ("passed", "flaky"):
             err = next((a.error for a in reversed(attempts) if a.error is not None), None)
-            reason = f"{err.type}: {err.message.splitlines()[0] if err.message else ''}" \
-                if err else None
+            reason = (
+                f"{err.type}: {err.message.splitlines()[0] if err.message else ''}" if err else None
+            )
         result = CaseResult(
-            id=item.case.id, kind=item.case.kind, platform=item.platform, status=status,
-            simulated=item.simulated, source=item.case.source, reason=reason, checks=checks,
-            attempts=attempts, seed=item.case.seed,
+            id=item.case.id,
+            kind=item.case.kind,
+            platform=item.platform,
+            status=status,
+            simulated=item.simulated,
+            source=item.case.source,
+            reason=reason,
+            checks=checks,
+            attempts=attempts,
+            seed=item.case.seed,
             repeats=self.options.repeats or item.case.repeats,
         )
         self.results.append(result)
@@ -310,8 +375,9 @@ class Runner:
             done = {(r.id, r.platform) for r in self.results}
             for item in items:
                 if (item.case.id, item.platform) not in done:
-                    out.append(self._finish_case(item, "skipped", (),
-                                                 reason="not run: run interrupted"))
+                    out.append(
+                        self._finish_case(item, "skipped", (), reason="not run: run interrupted")
+                    )
         return out
 
     def request_stop(self) -> None:
@@ -324,8 +390,14 @@ class Runner:
         self.pool.close()
         self._jsonl.close()
         input_cases = tuple(
-            CaseResult(id=err.path, kind="casefile", platform="-", status="error",
-                       source=err.path, reason=str(err))
+            CaseResult(
+                id=err.path,
+                kind="casefile",
+                platform="-",
+                status="error",
+                source=err.path,
+                reason=str(err),
+            )
             for err in load_errors
         )
         report = RunReport(

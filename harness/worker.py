@@ -17,7 +17,6 @@ import argparse
 import faulthandler
 import importlib.util
 import json
-import math
 import os
 import signal
 import sys
@@ -25,20 +24,11 @@ import traceback
 from pathlib import Path
 from typing import IO, Any
 
-
-def _finite(x: Any) -> Any:
-    """JSON has no NaN or infinity: write them as strings, everywhere in the message."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_finite(v) for v in x]
-    return x
+from harness.model import json_safe
 
 
 def _answer(out: IO[str], msg: dict[str, Any]) -> None:
-    out.write(json.dumps(_finite(msg), allow_nan=False, default=str) + "\n")
+    out.write(json.dumps(json_safe(msg), allow_nan=False, default=str) + "\n")
     out.flush()
 
 
@@ -61,8 +51,9 @@ def _handle(msg: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.worker")
     parser.add_argument("--stackdump", required=True, help="file for faulthandler stack dumps")
-    parser.add_argument("--preimport", action="append", default=[],
-                        help="module to import at start-up (e.g. torch)")
+    parser.add_argument(
+        "--preimport", action="append", default=[], help="module to import at start-up (e.g. torch)"
+    )
     args = parser.parse_args(argv)
 
     proto = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
@@ -85,8 +76,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             reply = _handle(msg)
         except Exception as exc:  # a bug in the harness itself: report it, keep serving
-            reply = {"op": "error", "message": f"{type(exc).__name__}: {exc}",
-                     "traceback": traceback.format_exc()}
+            reply = {
+                "op": "error",
+                "message": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc(),
+            }
         try:
             _answer(proto, reply)
         except ValueError as exc:  # e.g. NaN in a value: never let the protocol break

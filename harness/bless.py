@@ -1,0 +1,624 @@
+"""Bless: the only writer of the reference store.
+
+``bless`` takes a finished run folder (``report.json`` plus the output files it names) and pins
+the outputs of its cases as references: video frames as PNG, audio as float32 WAV, tensors as
+safetensors (``file`` outputs such as an MP4 are not stored; their decoded frames are). It
+refuses, writing nothing for that case, when an output
+
+* holds NaN or Inf values;
+* is a blank or near-constant image (a frame with std < :data:`MIN_FRAME_STD` on 0-255) or
+  silent audio (peak < :data:`MIN_AUDIO_PEAK`);
+* drifts from the reference it would replace beyond :data:`DRIFT_BOUNDS` (video: worst-frame
+  mean abs diff > 8 or SSIM < 0.9; audio: SNR < 20 dB; tensors: max abs diff > 1 % of range;
+  or any change of shape), unless ``force=True``.
+
+Every entry records why, by whom and when (UTC), the run it came from, the environment that
+produced it and the harness version. Files and the manifest are written atomically (temp file +
+``os.replace``) into a fresh content-addressed folder, so a crash leaves either the old or the
+new reference, never a mix; ``verify`` reports any leftovers.
+
+Example::
+
+    summary = bless(Path("reports/run-1"), Path("references"), case_id="t2va-int8",
+                    reason="new scheduler default", who="alice")
+    print(summary.format())
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import getpass
+import hashlib
+import math
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.errors import HarnessError, InputError, ReferenceStoreError, ReportFormatError
+from harness.model import Attempt, CaseResult, RunReport
+from harness.references import (
+    MANIFEST_NAME,
+    BlessInfo,
+    Manifest,
+    ReferenceEntry,
+    ReferenceFile,
+    ReferenceStore,
+    file_sha256,
+    harness_version,
+    read_manifest,
+)
+
+__all__ = [
+    "DRIFT_BOUNDS",
+    "MIN_AUDIO_PEAK",
+    "MIN_FRAME_STD",
+    "BlessRefusedError",
+    "BlessSummary",
+    "BlessedOutput",
+    "bless",
+    "default_who",
+]
+
+MIN_FRAME_STD = 2.0  # per-frame pixel std on 0-255 below which a frame counts as blank
+MIN_AUDIO_PEAK = 1e-4  # peak |sample| below which audio counts as silent
+DRIFT_BOUNDS: Mapping[str, float] = {
+    "video_mae_max": 8.0,  # worst-frame mean |diff| on 0-255
+    "video_ssim_min": 0.9,  # worst-frame SSIM (harness.metrics.ssim defaults, data_range 255)
+    "audio_snr_db_min": 20.0,  # SNR of the new audio against the old reference
+    "tensor_rel_max_abs": 0.01,  # max |diff| / max(1, max |old|)
+}
+_STORED_KINDS = ("video", "image", "audio", "tensor")
+
+
+class BlessRefusedError(ReferenceStoreError):
+    """Bless refused one or more cases; ``summary`` says what was blessed and what was not."""
+
+    def __init__(self, message: str, summary: BlessSummary) -> None:
+        super().__init__(message)
+        self.summary = summary
+
+
+@dataclass(frozen=True)
+class BlessedOutput:
+    """One output pinned by a bless: where it went and how far it moved from the old one."""
+
+    reference_id: str
+    platform_class: str
+    output: str
+    kind: str
+    files: int
+    replaced: bool
+    drift: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BlessSummary:
+    """What one bless did: outputs blessed, outputs skipped (with why), cases refused (why)."""
+
+    store_root: str
+    blessed: tuple[BlessedOutput, ...] = ()
+    skipped: tuple[str, ...] = ()
+    refused: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.refused
+
+    def format(self) -> str:
+        """Human-readable lines for the CLI."""
+        lines = []
+        for b in self.blessed:
+            what = "replaced" if b.replaced else "new"
+            drift = ", ".join(f"{k}={_fmt(v)}" for k, v in b.drift.items())
+            lines.append(
+                f"blessed {b.reference_id}/{b.platform_class}/{b.output} ({b.kind}, "
+                f"{b.files} file{'s' if b.files != 1 else ''}, {what})"
+                + (f" drift: {drift}" if drift else "")
+            )
+        lines += [f"skipped {s}" for s in self.skipped]
+        lines += [f"REFUSED {r}" for r in self.refused]
+        lines.append(f"store: {self.store_root}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """An output that passed every refusal rule, ready to write."""
+
+    output: str
+    kind: str
+    array: np.ndarray
+    info: Mapping[str, Any]
+    drift: Mapping[str, Any]
+    replaces: ReferenceEntry | None
+    settings: Mapping[str, Any]
+
+
+def default_who() -> str:
+    """Who is blessing: ``$USER``, else ``git config user.name``, else the login name."""
+    user = os.environ.get("USER", "").strip()
+    if user:
+        return user
+    try:
+        out = subprocess.run(
+            ["git", "config", "user.name"], capture_output=True, text=True, timeout=5, check=False
+        )
+        if out.stdout.strip():
+            return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        return getpass.getuser()
+    except Exception:  # getpass raises OSError or KeyError depending on the platform
+        return "unknown"
+
+
+def bless(
+    run_dir: Path | str,
+    store_root: Path | str,
+    *,
+    case_id: str | None = None,
+    force: bool = False,
+    reason: str,
+    who: str | None = None,
+    platform_class: str = "any",
+    platform: str | None = None,
+) -> BlessSummary:
+    """Pin the outputs of a run's cases as references in ``store_root``.
+
+    ``case_id`` limits it to one case; ``platform`` picks which platform's result to bless when
+    the run holds the case on several. The reference id is the case id (the convention of case
+    files: ``reference = "<case id>"``). Raises :class:`BlessRefusedError` (a
+    :class:`ReferenceStoreError`) after blessing the acceptable cases when any case is refused,
+    and :class:`InputError` for an unreadable run folder or an unknown case.
+    """
+    run = Path(run_dir)
+    root = Path(store_root)
+    if not reason or not reason.strip():
+        raise InputError("bless needs a reason (--reason TEXT): why are these outputs right?")
+    report = _read_report(run)
+    results = _select_cases(report, case_id, platform or platform_class)
+    who = who or default_who()
+    when = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
+    store = ReferenceStore(root)
+
+    blessed: list[BlessedOutput] = []
+    skipped: list[str] = []
+    refused: list[str] = []
+    to_write: list[tuple[CaseResult, list[_Prepared]]] = []
+    for result in results:
+        try:
+            prepared, skips = _prepare_case(run, result, store, platform_class, force)
+        except HarnessError as exc:
+            refused.append(f"{result.name}: {exc}")
+            continue
+        skipped += skips
+        to_write.append((result, prepared))
+
+    if to_write:
+        root.mkdir(parents=True, exist_ok=True)
+        # Re-read right before writing: the manifest on disk is the one we replace.
+        manifest = read_manifest(root)
+        entries = dict(manifest.entries)
+        stale: list[Path] = []
+        for result, prepared in to_write:
+            for p in prepared:
+                info = BlessInfo(
+                    reason=reason.strip(),
+                    who=who,
+                    when=when,
+                    run_id=report.run_id,
+                    source=str(run),
+                    forced=force,
+                    drift=p.drift,
+                )
+                entry = _write_entry(root, result, p, platform_class, info, report)
+                key = (entry.reference_id, entry.platform_class, entry.output)
+                old = entries.get(key)
+                if old is not None:
+                    stale += _stale_dirs(root, old, entry)
+                entries[key] = entry
+                blessed.append(
+                    BlessedOutput(
+                        entry.reference_id,
+                        platform_class,
+                        p.output,
+                        p.kind,
+                        len(entry.files),
+                        old is not None,
+                        p.drift,
+                    )
+                )
+        _write_manifest(root, Manifest(entries=entries))
+        for d in stale:
+            shutil.rmtree(d, ignore_errors=True)
+            _prune_empty(d.parent, root)
+
+    summary = BlessSummary(str(root), tuple(blessed), tuple(skipped), tuple(refused))
+    if refused:
+        raise BlessRefusedError(
+            "bless refused "
+            + "; ".join(refused)
+            + (f" (blessed {len(blessed)} other output(s))" if blessed else ""),
+            summary,
+        )
+    return summary
+
+
+# --- reading the run --------------------------------------------------------------------------
+
+
+def _read_report(run: Path) -> RunReport:
+    path = run / "report.json"
+    if not path.is_file():
+        raise InputError(f"{path}: no report.json in the run folder (is --run a run folder?)")
+    import json
+
+    try:
+        return RunReport.from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise ReportFormatError(f"{path}: cannot read the run report: {exc!r}") from exc
+
+
+def _select_cases(report: RunReport, case_id: str | None, platform: str) -> list[CaseResult]:
+    ids = sorted({c.id for c in report.cases})
+    if case_id is not None and case_id not in ids:
+        raise InputError(f"case '{case_id}' is not in the run (cases: {', '.join(ids) or 'none'})")
+    selected = []
+    for cid in ids if case_id is None else [case_id]:
+        candidates = [c for c in report.cases if c.id == cid]
+        if len(candidates) > 1:
+            candidates = [c for c in candidates if c.platform == platform] or candidates
+        if len(candidates) > 1:
+            raise InputError(
+                f"case '{cid}' ran on platforms {[c.platform for c in candidates]}; "
+                "say which to bless with --platform"
+            )
+        selected.append(candidates[0])
+    return selected
+
+
+def _pick_attempt(result: CaseResult) -> Attempt:
+    """The last passing measured attempt; else the last one that failed only quality checks.
+
+    The second rule lets a first bless happen at all: without a reference, the quality checks
+    of every attempt fail, although the target ran and produced its outputs.
+    """
+    from harness.quality import QUALITY_METRICS
+
+    measured = [a for a in result.attempts if not a.warmup]
+    passed = [a for a in measured if a.status == "passed"]
+    if passed:
+        return passed[-1]
+    only_quality = [
+        a
+        for a in measured
+        if a.status == "failed"
+        and a.error is not None
+        and a.error.type == "CheckFailed"
+        and all(c.metric in QUALITY_METRICS for c in a.checks if c.blocking)
+    ]
+    if only_quality:
+        return only_quality[-1]
+    statuses = ", ".join(f"#{a.index} {a.status}" for a in result.attempts) or "none"
+    raise ReferenceStoreError(f"no passing measured attempt to bless (attempts: {statuses})")
+
+
+def _resolve(run: Path, path: str) -> Path:
+    p = Path(path)
+    if p.is_absolute():
+        return p
+    return run / p if (run / p).exists() or not p.exists() else p
+
+
+def _load_output(run: Path, name: str, info: Mapping[str, Any]) -> np.ndarray:
+    raw = info.get("path")
+    if not raw:
+        raise ReferenceStoreError(f"output '{name}' has no file in the run (no 'path')")
+    path = _resolve(run, str(raw))
+    if not path.is_file():
+        raise ReferenceStoreError(f"output '{name}': file {path} does not exist")
+    if path.suffix == ".safetensors":
+        from safetensors.numpy import load_file
+
+        try:
+            return np.asarray(load_file(str(path))["data"])
+        except Exception as exc:  # safetensors raises its own error types
+            raise ReferenceStoreError(f"output '{name}': cannot load {path}: {exc}") from exc
+    from harness import media
+
+    if info.get("kind") == "audio":
+        return media.decode_audio(path).pcm
+    return media.decode_video(path).frames
+
+
+# --- refusal rules ----------------------------------------------------------------------------
+
+
+def _prepare_case(
+    run: Path, result: CaseResult, store: ReferenceStore, platform_class: str, force: bool
+) -> tuple[list[_Prepared], list[str]]:
+    attempt = _pick_attempt(result)
+    prepared: list[_Prepared] = []
+    skips: list[str] = []
+    for name, info in sorted(attempt.outputs.items()):
+        kind = str(info.get("kind", "tensor"))
+        if kind not in _STORED_KINDS:
+            skips.append(
+                f"{result.id}/{name}: kind '{kind}' is not stored (its decoded content is)"
+            )
+            continue
+        array = _load_output(run, name, info)
+        _refuse_unusable(name, kind, array, info)
+        old = store.get(result.id, name, platform_class)
+        drift: dict[str, Any] = {}
+        if old is not None:
+            drift = _drift(store, old, kind, array, info, force)
+        settings = _metric_settings(attempt, name)
+        prepared.append(_Prepared(name, kind, array, info, drift, old, settings))
+    if not prepared:
+        raise ReferenceStoreError(
+            f"attempt #{attempt.index} has no video, image, audio or tensor output to bless"
+        )
+    return prepared, skips
+
+
+def _refuse_unusable(name: str, kind: str, a: np.ndarray, info: Mapping[str, Any]) -> None:
+    nonfinite = int(info.get("nonfinite") or 0)
+    if a.dtype.kind in "fc":
+        nonfinite = max(nonfinite, int(a.size - np.count_nonzero(np.isfinite(a))))
+    if nonfinite:
+        raise ReferenceStoreError(
+            f"output '{name}' has {nonfinite} NaN/Inf value(s); a reference must be finite"
+        )
+    if kind in ("video", "image"):
+        want = 4 if kind == "video" else 3
+        if a.dtype != np.uint8 or a.ndim != want or a.shape[-1] != 3:
+            raise ReferenceStoreError(
+                f"output '{name}' is {a.dtype} {list(a.shape)}; a {kind} reference must be "
+                f"uint8 {'[T, H, W, 3]' if kind == 'video' else '[H, W, 3]'}"
+            )
+        frames = a if kind == "video" else a[None]
+        stds = frames.reshape(frames.shape[0], -1).astype(np.float64).std(axis=1)
+        blank = [i for i, s in enumerate(stds) if s < MIN_FRAME_STD]
+        if blank:
+            shown = ", ".join(f"frame {i} std {stds[i]:.3f}" for i in blank[:5])
+            raise ReferenceStoreError(
+                f"output '{name}' has {len(blank)} blank or near-constant frame(s) "
+                f"(std < {MIN_FRAME_STD} on 0-255): {shown}"
+            )
+    elif kind == "audio":
+        if a.dtype.kind != "f" or a.ndim not in (1, 2) or a.size == 0:
+            raise ReferenceStoreError(
+                f"output '{name}' is {a.dtype} {list(a.shape)}; audio must be float [N] or [C, N]"
+            )
+        if a.ndim == 2 and a.shape[0] not in (1, 2):
+            raise ReferenceStoreError(
+                f"output '{name}' has shape {list(a.shape)}; audio must be [C, N] with 1 or 2 "
+                "channels"
+            )
+        if not isinstance(_meta(info).get("sample_rate"), int):
+            raise ReferenceStoreError(f"output '{name}' records no integer meta.sample_rate")
+        peak = float(np.max(np.abs(a)))
+        if peak < MIN_AUDIO_PEAK:
+            raise ReferenceStoreError(
+                f"output '{name}' is silent (peak |sample| {peak:.3g} < {MIN_AUDIO_PEAK})"
+            )
+
+
+def _drift(
+    store: ReferenceStore,
+    old: ReferenceEntry,
+    kind: str,
+    new: np.ndarray,
+    info: Mapping[str, Any],
+    force: bool,
+) -> dict[str, Any]:
+    """How far ``new`` is from the reference it replaces; refuses beyond the bounds."""
+    try:
+        ref = store.load(old)
+    except HarnessError as exc:
+        if force:
+            return {"previous": f"unreadable: {exc}"}
+        raise ReferenceStoreError(
+            f"the reference it would replace cannot be read ({exc}); use --force to replace it"
+        ) from exc
+    drift: dict[str, Any] = {}
+    problems: list[str] = []
+    if tuple(ref.shape) != tuple(new.shape) or old.kind != kind:
+        drift["shape"] = f"{old.kind} {list(ref.shape)} -> {kind} {list(new.shape)}"
+        problems.append(f"shape changed from {list(ref.shape)} to {list(new.shape)}")
+    elif kind in ("video", "image"):
+        a = new if kind == "video" else new[None]
+        b = ref if kind == "video" else ref[None]
+        diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
+        mae = float(diff.reshape(a.shape[0], -1).mean(axis=1).max())
+        ssim = _worst_ssim(a, b)
+        drift.update(worst_frame_mae=round(mae, 4), worst_frame_ssim=round(ssim, 6))
+        if mae > DRIFT_BOUNDS["video_mae_max"]:
+            bound = DRIFT_BOUNDS["video_mae_max"]
+            problems.append(f"worst-frame mean abs diff {mae:.3f} > {bound}")
+        if ssim < DRIFT_BOUNDS["video_ssim_min"]:
+            problems.append(f"worst-frame SSIM {ssim:.4f} < {DRIFT_BOUNDS['video_ssim_min']}")
+    elif kind == "audio":
+        noise = float(np.sum((new.astype(np.float64) - ref.astype(np.float64)) ** 2))
+        signal = float(np.sum(ref.astype(np.float64) ** 2))
+        snr = math.inf if noise == 0 else 10 * math.log10(max(signal, 1e-30) / noise)
+        drift["snr_db"] = snr if math.isinf(snr) else round(snr, 3)
+        if snr < DRIFT_BOUNDS["audio_snr_db_min"]:
+            problems.append(f"SNR {snr:.2f} dB < {DRIFT_BOUNDS['audio_snr_db_min']} dB")
+        rate = _meta(info).get("sample_rate")
+        if old.sample_rate is not None and rate != old.sample_rate:
+            drift["sample_rate"] = f"{old.sample_rate} -> {rate}"
+            problems.append(f"sample rate changed from {old.sample_rate} to {rate}")
+    else:
+        diff = np.abs(new.astype(np.float64) - ref.astype(np.float64))
+        scale = max(1.0, float(np.max(np.abs(ref))) if ref.size else 1.0)
+        rel = float(diff.max() / scale) if diff.size else 0.0
+        drift["rel_max_abs"] = rel
+        if rel > DRIFT_BOUNDS["tensor_rel_max_abs"]:
+            problems.append(
+                f"max |diff| / max(1, max|ref|) = {rel:.4g} > {DRIFT_BOUNDS['tensor_rel_max_abs']}"
+            )
+        if str(new.dtype) != old.dtype:
+            drift["dtype"] = f"{old.dtype} -> {new.dtype}"
+            problems.append(f"dtype changed from {old.dtype} to {new.dtype}")
+    if problems and not force:
+        raise ReferenceStoreError(
+            f"output '{old.output}' drifts from the reference {old.key} it would replace: "
+            + "; ".join(problems)
+            + " (bounds: bless.DRIFT_BOUNDS); check the change, then bless with --force "
+            "and a --reason"
+        )
+    return drift
+
+
+def _worst_ssim(a: np.ndarray, b: np.ndarray) -> float:
+    from harness.metrics.ssim import ssim
+
+    return float(np.min(ssim(a, b, data_range=255.0)))
+
+
+def _meta(info: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = info.get("meta")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+# --- writing ----------------------------------------------------------------------------------
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "_"
+
+
+def _content_id(a: np.ndarray, extra: str) -> str:
+    h = hashlib.sha256(f"{a.dtype}{list(a.shape)}{extra}".encode())
+    h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()[:12]
+
+
+def _atomic_write(path: Path, write: Any) -> None:
+    """``write(tmp_path)`` then ``os.replace`` onto ``path``: readers never see half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _write_entry(
+    root: Path,
+    result: CaseResult,
+    p: _Prepared,
+    platform_class: str,
+    info: BlessInfo,
+    report: RunReport,
+) -> ReferenceEntry:
+    from harness import media
+
+    meta = _meta(p.info)
+    rate = meta.get("sample_rate") if p.kind == "audio" else None
+    fps = meta.get("fps") if p.kind == "video" else None
+    folder = (
+        root
+        / _safe(result.id)
+        / _safe(platform_class)
+        / _safe(p.output)
+        / _content_id(p.array, f"{p.kind}{rate}")
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    files: list[ReferenceFile] = []
+
+    def add(path: Path, frame: int | None = None) -> None:
+        files.append(ReferenceFile(path.relative_to(root).as_posix(), file_sha256(path), frame))
+
+    if p.kind in ("video", "image"):
+        frames = p.array if p.kind == "video" else p.array[None]
+        for i, frame in enumerate(frames):
+            path = folder / f"frame_{i:05d}.png"
+            _atomic_write(path, lambda t, f=frame: media.write_png(t, f))
+            add(path, i)
+    elif p.kind == "audio":
+        path = folder / "audio.wav"
+        pcm = p.array.astype(np.float32, copy=False)
+        _atomic_write(path, lambda t: _write_wav(t, pcm, int(rate or 0)))
+        add(path)
+    else:
+        from safetensors.numpy import save_file
+
+        path = folder / "tensor.safetensors"
+        data = np.ascontiguousarray(p.array)
+        _atomic_write(path, lambda t: save_file({"data": data}, str(t)))
+        add(path)
+    env = dict(report.env)
+    env.setdefault("runner", report.runner)
+    return ReferenceEntry(
+        reference_id=result.id,
+        platform_class=platform_class,
+        output=p.output,
+        kind=p.kind,
+        case_id=result.id,
+        files=tuple(files),
+        shape=tuple(int(x) for x in p.array.shape),
+        dtype=str(p.array.dtype),
+        blessed=info,
+        environment=env,
+        harness_version=harness_version(),
+        metric_settings=p.settings,
+        fps=float(fps) if isinstance(fps, int | float) else None,
+        sample_rate=int(rate) if isinstance(rate, int) else None,
+        source_hash=str(p.info.get("hash", "")),
+    )
+
+
+def _write_wav(path: Path, pcm: np.ndarray, rate: int) -> None:
+    from harness import media
+
+    # media.write_wav infers the container from the name; the temp name ends in ".tmp".
+    real = path.with_name(path.name + ".wav")
+    try:
+        media.write_wav(real, pcm, rate)
+        os.replace(real, path)
+    finally:
+        if real.exists():
+            real.unlink()
+
+
+def _metric_settings(attempt: Attempt, output: str) -> dict[str, Any]:
+    """The settings of the quality checks on this output (the ones this reference serves)."""
+    from harness.quality import QUALITY_METRICS
+
+    out: dict[str, Any] = {}
+    for c in attempt.checks:
+        if c.metric in QUALITY_METRICS and c.output in (output, None):
+            out[c.name] = {"metric": c.metric, **dict(c.settings)}
+    return out
+
+
+def _write_manifest(root: Path, manifest: Manifest) -> None:
+    text = manifest.dumps()
+    _atomic_write(root / MANIFEST_NAME, lambda t: t.write_text(text, encoding="utf-8"))
+
+
+def _stale_dirs(root: Path, old: ReferenceEntry, new: ReferenceEntry) -> list[Path]:
+    """Folders of the replaced entry that the new entry no longer uses."""
+    keep = {(root / f.path).parent for f in new.files}
+    return sorted({(root / f.path).parent for f in old.files} - keep)
+
+
+def _prune_empty(folder: Path, root: Path) -> None:
+    while folder != root and folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
+        folder = folder.parent
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)

@@ -1,0 +1,340 @@
+"""Decoding and lossless writing of the media the harness compares, through PyAV only.
+
+Every decoder failure (missing or empty file, a truncated MP4 without its index, a codec FFmpeg
+cannot decode, a file without the stream asked for or without a single frame) is raised as
+:class:`~harness.errors.MediaError` naming the file and the cause, so a broken output is a
+recorded failure of one case and never a crash of the worker.
+
+Example::
+
+    video = decode_video("out.mp4")
+    for i in select_frames(len(video.frames), "first-mid-last"):
+        write_png(f"ref/frame_{i:04d}.png", video.frames[i])
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import av
+import av.logging
+import numpy as np
+
+from harness.errors import MediaError
+
+__all__ = [
+    "AudioData",
+    "FrameSpec",
+    "VideoData",
+    "decode_audio",
+    "decode_video",
+    "ffmpeg_version",
+    "read_png",
+    "read_wav",
+    "select_frames",
+    "write_png",
+    "write_wav",
+]
+
+#: ``"first-mid-last"``, ``"all"`` or explicit frame indices (negative ones count from the end).
+FrameSpec = str | Sequence[int]
+
+
+@dataclass(frozen=True)
+class VideoData:
+    """A decoded video: ``frames`` is uint8 RGB of shape ``[T, H, W, 3]``."""
+
+    frames: np.ndarray
+    fps: float
+    codec: str
+    path: str
+
+
+@dataclass(frozen=True)
+class AudioData:
+    """Decoded audio: ``pcm`` is float32 of shape ``[channels, samples]``, full scale +-1."""
+
+    pcm: np.ndarray
+    sample_rate: int
+    codec: str
+    path: str = ""
+
+
+def ffmpeg_version() -> str:
+    """The FFmpeg build PyAV carries, e.g. ``"8.1.2 (libavcodec 62.28.102)"``.
+
+    Decoder output can change between FFmpeg builds, so the report records this next to every
+    media comparison.
+    """
+    libs = getattr(av, "library_versions", {}) or {}
+    codec = libs.get("libavcodec")
+    base = str(getattr(av, "ffmpeg_version_info", "unknown"))
+    if codec:
+        return f"{base} (libavcodec {'.'.join(str(p) for p in codec)})"
+    return base
+
+
+@contextmanager
+def _ffmpeg_log() -> Iterator[list[str]]:
+    """Collect FFmpeg's own error lines: they hold the real cause ("moov atom not found")."""
+    lines: list[str] = []
+    # PyAV silences FFmpeg's log by default, which also drops the cause of a failed open. Turn
+    # it on at ERROR only while we call FFmpeg, captured (not printed), and restore it after.
+    previous = av.logging.get_level()
+    if previous is None or previous < av.logging.ERROR:
+        av.logging.set_level(av.logging.ERROR)
+    try:
+        with av.logging.Capture(local=True) as logs:
+            try:
+                yield lines
+            finally:
+                for level, _name, message in logs:
+                    if level <= av.logging.ERROR and message.strip():
+                        lines.append(message.strip())
+    finally:
+        av.logging.set_level(previous)
+
+
+def _cause(exc: BaseException, log: list[str]) -> str:
+    detail = str(exc)
+    extra = [line for line in log if line not in detail]
+    if extra:
+        # Keep the message one readable line: the first few FFmpeg lines are the diagnostic.
+        detail = f"{detail} (ffmpeg: {'; '.join(list(dict.fromkeys(extra))[:3])})"
+    return f"{type(exc).__name__}: {detail}"
+
+
+def _check_file(path: Path, what: str) -> None:
+    if not path.exists():
+        raise MediaError(f"{path}: cannot decode {what}: file does not exist")
+    if not path.is_file():
+        raise MediaError(f"{path}: cannot decode {what}: not a regular file")
+    if path.stat().st_size == 0:
+        raise MediaError(f"{path}: cannot decode {what}: file is empty (0 bytes)")
+
+
+def decode_video(path: str | os.PathLike[str], *, threads: bool = True) -> VideoData:
+    """Decode every frame of the first video stream of ``path`` to uint8 RGB.
+
+    ``threads=True`` lets FFmpeg pick frame or slice threading, which is several times faster
+    on long clips and gives identical pixels.
+
+    Raises :class:`MediaError` naming the file and the cause for anything undecodable.
+    """
+    p = Path(path)
+    _check_file(p, "video")
+    frames: list[np.ndarray] = []
+    with _ffmpeg_log() as log:
+        try:
+            with av.open(str(p), mode="r") as container:
+                if not container.streams.video:
+                    kinds: list[str] = sorted({str(s.type) for s in container.streams}) or ["none"]
+                    raise MediaError(
+                        f"{p}: cannot decode video: no video stream (streams: {', '.join(kinds)})"
+                    )
+                stream = container.streams.video[0]
+                if stream.codec_context is None:
+                    raise MediaError(
+                        f"{p}: cannot decode video: unsupported codec (FFmpeg has no decoder for "
+                        "the first video stream's codec)"
+                    )
+                if threads:
+                    stream.thread_type = "AUTO"
+                codec = stream.codec_context.name
+                rate = stream.average_rate or stream.guessed_rate or stream.base_rate
+                fps = float(rate) if rate else 0.0
+                for frame in container.decode(stream):
+                    frames.append(frame.to_ndarray(format="rgb24"))
+        except MediaError:
+            raise
+        except (av.error.FFmpegError, OSError, ValueError) as exc:
+            raise MediaError(f"{p}: cannot decode video: {_cause(exc, log)}") from exc
+    if not frames:
+        raise MediaError(f"{p}: cannot decode video: the {codec} stream has zero frames")
+    shapes = {f.shape for f in frames}
+    if len(shapes) != 1:
+        raise MediaError(
+            f"{p}: cannot decode video: frame size changes mid-stream {sorted(shapes)}"
+        )
+    return VideoData(frames=np.stack(frames), fps=fps, codec=codec, path=str(p))
+
+
+def decode_audio(path: str | os.PathLike[str]) -> AudioData:
+    """Decode the first audio stream of ``path`` to float32 ``[channels, samples]``.
+
+    Every sample format is converted to planar float at the stream's own rate and layout, so
+    nothing is resampled in time.
+
+    Raises :class:`MediaError` naming the file and the cause for anything undecodable.
+    """
+    p = Path(path)
+    _check_file(p, "audio")
+    chunks: list[np.ndarray] = []
+    with _ffmpeg_log() as log:
+        try:
+            with av.open(str(p), mode="r") as container:
+                if not container.streams.audio:
+                    kinds: list[str] = sorted({str(s.type) for s in container.streams}) or ["none"]
+                    raise MediaError(
+                        f"{p}: cannot decode audio: no audio stream (streams: {', '.join(kinds)})"
+                    )
+                stream = container.streams.audio[0]
+                if stream.codec_context is None:
+                    raise MediaError(
+                        f"{p}: cannot decode audio: unsupported codec (FFmpeg has no decoder for "
+                        "the first audio stream's codec)"
+                    )
+                codec = stream.codec_context.name
+                rate = int(stream.rate or stream.codec_context.sample_rate or 0)
+                resampler: Any = None
+                for frame in container.decode(stream):
+                    if resampler is None:
+                        # Created from the first frame: the stream header can lie about layout.
+                        resampler = av.AudioResampler(
+                            format="fltp", layout=frame.layout, rate=frame.sample_rate
+                        )
+                        rate = int(frame.sample_rate)
+                    for out in resampler.resample(frame):
+                        chunks.append(out.to_ndarray())
+                if resampler is not None:
+                    for out in resampler.resample(None):
+                        chunks.append(out.to_ndarray())
+        except MediaError:
+            raise
+        except (av.error.FFmpegError, OSError, ValueError) as exc:
+            raise MediaError(f"{p}: cannot decode audio: {_cause(exc, log)}") from exc
+    if not chunks:
+        raise MediaError(f"{p}: cannot decode audio: the {codec} stream has zero samples")
+    pcm = np.ascontiguousarray(np.concatenate(chunks, axis=1), dtype=np.float32)
+    return AudioData(pcm=pcm, sample_rate=rate, codec=codec, path=str(p))
+
+
+def select_frames(n_frames: int, spec: FrameSpec) -> list[int]:
+    """Indices of the frames a check compares, in ascending order without duplicates.
+
+    ``"first-mid-last"`` is ``[0, n // 2, n - 1]`` (fewer for one or two frames), ``"all"`` is
+    every frame, and a list of ints selects those frames (negative ones count from the end).
+
+    >>> select_frames(124, "first-mid-last")
+    [0, 62, 123]
+    >>> select_frames(2, "first-mid-last")
+    [0, 1]
+    """
+    if isinstance(n_frames, bool) or not isinstance(n_frames, int) or n_frames < 1:
+        raise ValueError(f"n_frames must be a positive int, got {n_frames!r}")
+    if isinstance(spec, str):
+        if spec == "first-mid-last":
+            return sorted({0, n_frames // 2, n_frames - 1})
+        if spec == "all":
+            return list(range(n_frames))
+        raise ValueError(
+            f"frames spec {spec!r} is not one of 'first-mid-last', 'all' or a list of ints"
+        )
+    indices: set[int] = set()
+    for item in spec:
+        if isinstance(item, bool) or not isinstance(item, int | np.integer):
+            raise ValueError(f"frames spec entry {item!r} is {type(item).__name__}, expected int")
+        i = int(item)
+        if not -n_frames <= i < n_frames:
+            raise ValueError(
+                f"frames spec entry {i} is out of range for a video of {n_frames} frames "
+                f"(valid: 0..{n_frames - 1}, or -{n_frames}..-1 from the end)"
+            )
+        indices.add(i % n_frames)
+    if not indices:
+        raise ValueError("frames spec is an empty list; name at least one frame")
+    return sorted(indices)
+
+
+_PNG_FORMATS = {1: "gray", 3: "rgb24", 4: "rgba"}
+
+
+def write_png(path: str | os.PathLike[str], frame: np.ndarray) -> None:
+    """Write a uint8 frame (``[H, W]``, ``[H, W, 1|3|4]``) as a lossless PNG.
+
+    The PNG encoder is deterministic, so the same pixels give the same bytes.
+    """
+    arr = np.asarray(frame)
+    if arr.dtype != np.uint8:
+        raise ValueError(f"write_png: frame dtype is {arr.dtype}, expected uint8")
+    if arr.ndim == 3 and arr.shape[2] == 1:
+        arr = arr[:, :, 0]
+    channels = 1 if arr.ndim == 2 else (arr.shape[2] if arr.ndim == 3 else 0)
+    if channels not in _PNG_FORMATS:
+        raise ValueError(f"write_png: frame shape is {arr.shape}, expected [H, W] or [H, W, 3|4]")
+    fmt = _PNG_FORMATS[channels]
+    ctx: Any = av.CodecContext.create("png", "w")
+    ctx.width = arr.shape[1]
+    ctx.height = arr.shape[0]
+    ctx.pix_fmt = fmt
+    ctx.time_base = Fraction(1, 1)
+    frame_av = av.VideoFrame.from_ndarray(np.ascontiguousarray(arr), format=fmt)
+    data = b"".join(bytes(pkt) for pkt in [*ctx.encode(frame_av), *ctx.encode(None)])
+    Path(path).write_bytes(data)
+
+
+def read_png(path: str | os.PathLike[str]) -> np.ndarray:
+    """Read a PNG written by :func:`write_png` back to uint8 (``[H, W, 3]`` for RGB).
+
+    Grayscale PNGs come back as ``[H, W]`` and RGBA ones as ``[H, W, 4]``.
+    """
+    p = Path(path)
+    _check_file(p, "image")
+    with _ffmpeg_log() as log:
+        try:
+            ctx: Any = av.CodecContext.create("png", "r")
+            frames = [*ctx.decode(av.Packet(p.read_bytes())), *ctx.decode(None)]
+        except (av.error.FFmpegError, OSError, ValueError) as exc:
+            raise MediaError(f"{p}: cannot decode image: {_cause(exc, log)}") from exc
+    if not frames:
+        raise MediaError(f"{p}: cannot decode image: not a PNG (no image decoded)")
+    frame = frames[0]
+    fmt = {"gray": "gray", "rgba": "rgba", "ya8": "rgba", "pal8": "rgb24"}.get(
+        frame.format.name, "rgb24"
+    )
+    if frame.format.name in ("rgba64be", "rgba64le"):
+        fmt = "rgba"
+    return np.ascontiguousarray(frame.to_ndarray(format=fmt))
+
+
+def write_wav(path: str | os.PathLike[str], pcm: np.ndarray, sample_rate: int) -> None:
+    """Write float PCM ``[channels, samples]`` (or ``[samples]``) as 32-bit float WAV.
+
+    Float WAV rather than 16-bit PCM or FLAC, so a decoded float32 track is stored bit-exactly.
+    """
+    arr = np.asarray(pcm, dtype=np.float32)
+    if arr.ndim == 1:
+        arr = arr[None, :]
+    if arr.ndim != 2 or arr.shape[0] not in (1, 2) or arr.shape[1] == 0:
+        raise ValueError(
+            f"write_wav: pcm shape is {arr.shape}, expected [1 or 2 channels, samples > 0]"
+        )
+    if isinstance(sample_rate, bool) or not isinstance(sample_rate, int) or sample_rate <= 0:
+        raise ValueError(f"write_wav: sample_rate is {sample_rate!r}, expected a positive int")
+    layout = "mono" if arr.shape[0] == 1 else "stereo"
+    with av.open(str(path), mode="w", format="wav") as container:
+        stream: Any = container.add_stream("pcm_f32le", rate=sample_rate, layout=layout)
+        stream.format = "flt"
+        frame = av.AudioFrame.from_ndarray(
+            # Packed float: samples interleaved along one row.
+            np.ascontiguousarray(arr.T.reshape(1, -1)),
+            format="flt",
+            layout=layout,
+        )
+        frame.sample_rate = sample_rate
+        frame.pts = 0
+        for packet in stream.encode(frame):
+            container.mux(packet)
+        for packet in stream.encode(None):
+            container.mux(packet)
+
+
+def read_wav(path: str | os.PathLike[str]) -> AudioData:
+    """Read a WAV (any PCM or float format FFmpeg reads) as float32 ``[channels, samples]``."""
+    return decode_audio(path)

@@ -1,0 +1,140 @@
+"""The ``harness`` command as a user runs it: a real subprocess, real signals, real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import write_cases
+
+from harness.schema_check import validate_report
+
+pytestmark = pytest.mark.slow
+
+
+def harness(project: Path, *args: str, **kw: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        **kw,  # type: ignore[call-overload]
+    )
+
+
+def test_help_has_an_example() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "run", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "example" in out and "harness run" in out and "--budget" in out
+
+
+def test_bad_case_file_is_reported_and_the_rest_runs(project: Path) -> None:
+    write_cases(project, "good.toml", 'id = "ok"\nkind = "loader"\ntarget = "tmod:ok"\n')
+    write_cases(project, "bad.toml", 'id = "b"\nkind = "loader"\ntarget = "tmod:ok"\nrepeat = 2\n')
+    proc = harness(project, "run", "cases", "--code-root", "code", "--run-id", "r1", "-q")
+    assert proc.returncode == 2, proc.stderr
+    assert "bad.toml" in proc.stderr and "unknown key 'repeat'" in proc.stderr
+    doc = json.loads((project / "reports" / "r1" / "report.json").read_text())
+    validate_report(doc)
+    statuses = {c["id"]: c["status"] for c in doc["cases"]}
+    assert statuses["ok"] == "passed"
+    bad = next(c for c in doc["cases"] if c["kind"] == "casefile")
+    assert bad["status"] == "error" and "unknown key 'repeat'" in bad["reason"]
+    assert (project / "reports" / "latest").resolve() == (project / "reports" / "r1").resolve()
+    junit = (project / "reports" / "r1" / "junit.xml").read_text()
+    assert "loader/ok[cpu]" in junit
+
+
+def test_exit_codes(project: Path) -> None:
+    write_cases(
+        project,
+        "a.toml",
+        """
+        [[case]]
+        id = "ok"
+        kind = "loader"
+        target = "tmod:ok"
+
+        [[case]]
+        id = "bad"
+        kind = "loader"
+        target = "tmod:bad"
+    """,
+    )
+    assert harness(project, "run", "--code-root", "code", "-q", "-k", "ok").returncode == 0
+    assert harness(project, "run", "--code-root", "code", "-q").returncode == 1
+    proc = harness(project, "run", "--code-root", "code", "-q", "--repeats", "0")
+    assert proc.returncode == 2 and "--repeats 0" in proc.stderr
+    proc = harness(project, "run", "--code-root", "code", "--runner", "nope")
+    assert proc.returncode == 2 and "runner profile 'nope' not found" in proc.stderr
+
+
+def test_plan_lists_items_without_running(project: Path) -> None:
+    write_cases(
+        project,
+        "a.toml",
+        """
+        [[case]]
+        id = "ok"
+        kind = "loader"
+        target = "tmod:ok"
+        platforms = ["cuda"]
+    """,
+    )
+    proc = harness(project, "plan", "--platform", "cpu", "--platform", "cuda")
+    assert proc.returncode == 0, proc.stderr
+    assert "loader/ok[cpu]" in proc.stdout and "skipped" in proc.stdout
+    assert "loader/ok[cuda]" in proc.stdout
+    assert not (project / "reports").exists()
+
+
+def test_sigint_writes_a_valid_partial_report(project: Path) -> None:
+    write_cases(
+        project,
+        "slow.toml",
+        "\n".join(
+            f'[[case]]\nid = "slow{i}"\nkind = "pipeline"\ntarget = "tmod:slow"\n'
+            f"params = {{ seconds = 1.0 }}\n"
+            for i in range(6)
+        ),
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "run", "--code-root", "code", "--run-id", "int"],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    log = project / "reports" / "int" / "attempts.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if log.exists() and log.read_text().count("\n") >= 1:
+            break
+        time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail("no attempt finished within 60 s")
+    os.kill(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3, err  # interrupted: never a clean exit
+    doc = json.loads((project / "reports" / "int" / "report.json").read_text())
+    validate_report(doc)
+    assert doc["interrupted"] is True
+    statuses = [c["status"] for c in doc["cases"]]
+    assert statuses.count("passed") >= 1
+    assert "skipped" in statuses
+    skipped = [c for c in doc["cases"] if c["status"] == "skipped"]
+    assert all("interrupted" in c["reason"] for c in skipped)
+    assert len(doc["cases"]) == 6

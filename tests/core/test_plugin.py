@@ -1,0 +1,147 @@
+"""The pytest plugin, end to end with ``pytester``: items, batching, -k, -x, --junitxml, -n 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import COLDMOD, TARGETS
+
+import harness
+
+pytest_plugins = ["pytester"]
+pytestmark = pytest.mark.slow
+
+PKG = str(Path(harness.__file__).resolve().parent)
+
+CASES = {
+    "loader.toml": """
+[[case]]
+id = "ok"
+kind = "loader"
+target = "tmod:ok"
+
+[[case]]
+id = "ok-twice"
+kind = "loader"
+target = "tmod:ok"
+repeats = 2
+
+[[case]]
+id = "bad"
+kind = "loader"
+target = "tmod:bad"
+""",
+    "pipeline.toml": """
+[[case]]
+id = "flaky"
+kind = "pipeline"
+target = "tmod:http_once"
+params = { marker = "MARKER" }
+retries = 2
+
+[[case]]
+id = "cuda-only"
+kind = "pipeline"
+target = "tmod:ok"
+platforms = ["cuda"]
+""",
+}
+
+
+@pytest.fixture
+def suite(pytester: pytest.Pytester) -> pytest.Pytester:
+    code = pytester.path / "code"
+    code.mkdir()
+    (code / "tmod.py").write_text(TARGETS)
+    (code / "coldmod.py").write_text(COLDMOD)
+    cases = pytester.path / "cases"
+    cases.mkdir()
+    pytester.makeini("[pytest]\n")
+    for name, body in CASES.items():
+        (cases / name).write_text(body.replace("MARKER", str(pytester.path / "marker")))
+    return pytester
+
+
+def run(p: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return p.runpytest_subprocess(
+        PKG,
+        "--harness-cases",
+        "cases",
+        "--harness-code-root",
+        "code",
+        "--harness-out",
+        "reports",
+        "-p",
+        "no:cacheprovider",
+        f"--rootdir={p.path}",
+        *args,
+    )
+
+
+def reports(p: pytest.Pytester) -> list[dict]:
+    runs = sorted(d for d in (p.path / "reports").iterdir() if d.is_dir() and not d.is_symlink())
+    return [json.loads((d / "report.json").read_text()) for d in runs]
+
+
+def test_one_item_per_case_and_platform_batched_in_one_worker(suite: pytest.Pytester) -> None:
+    result = run(suite, "-v", "-rs")
+    result.assert_outcomes(passed=3, failed=1, skipped=1, warnings=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*loader/bad[[]cpu[]] FAILED*",
+            "*loader/ok[[]cpu[]] PASSED*",
+            "*pipeline/flaky[[]cpu[]] PASSED*",
+            "*loader/bad[[]cpu[]]: failed - AssertionError: one is not two*",
+            "*flaky (passed only on retry): pipeline/flaky[[]cpu[]]*",
+            "*SKIPPED*case declares platforms*cuda*this run targets 'cpu'*",
+        ]
+    )
+    (doc,) = reports(suite)
+    pids = {a["worker_pid"] for c in doc["cases"] for a in c["attempts"]}
+    assert len(pids) == 1  # five attempts, one worker process: not one process per item
+    flaky = next(c for c in doc["cases"] if c["id"] == "flaky")
+    assert flaky["status"] == "flaky"
+
+
+def test_keyword_exitfirst_and_junitxml(suite: pytest.Pytester) -> None:
+    result = run(suite, "-k", "ok and not twice", f"--junitxml={suite.path / 'j.xml'}")
+    result.assert_outcomes(passed=1)
+    assert 'name="loader/ok[cpu]"' in (suite.path / "j.xml").read_text()
+    (doc,) = reports(suite)
+    assert [c["id"] for c in doc["cases"]] == ["ok"]  # deselected cases never ran
+
+    result = run(suite, "-x", "-k", "loader", "--harness-out", "reports-x")
+    result.assert_outcomes(failed=1)  # bad is first in order and stops the session
+    result.stdout.fnmatch_lines(["*stopping after 1 failures*"])
+
+
+def test_xdist_keeps_cases_batched_per_worker(suite: pytest.Pytester) -> None:
+    result = run(suite, "-n", "2")
+    result.assert_outcomes(passed=3, failed=1, skipped=1, warnings=1)
+    docs = reports(suite)
+    assert len(docs) == 2  # one harness run per xdist worker
+    for doc in docs:
+        kinds = {c["kind"] for c in doc["cases"]}
+        assert len(kinds) == 1  # a whole batch (one kind) per xdist worker
+        pids = {a["worker_pid"] for c in doc["cases"] for a in c["attempts"]}
+        assert len(pids) <= 1
+
+
+def test_bad_case_file_is_one_failing_item(suite: pytest.Pytester) -> None:
+    (suite.path / "cases" / "zz.toml").write_text('id = "q"\nkind = "loader"\nseed = "x"\n')
+    result = run(suite, "-k", "casefile or ok")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*bad case file:*zz.toml*key 'seed' = 'x'*"])
+
+
+def test_loading_the_plugin_imports_no_torch() -> None:
+    code = (
+        "import sys, harness.pytest_plugin, harness.probe, harness.cli;"
+        "assert 'torch' not in sys.modules, 'torch imported';"
+        "assert 'numpy' not in sys.modules, 'numpy imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,0 +1,218 @@
+"""End-to-end runner tests: real worker processes that hang, crash, exit and flake."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import write_cases
+
+from harness.cases import load_suite
+from harness.model import RunReport
+from harness.plan import build_plan
+from harness.profile import Profile, RetryPolicy
+from harness.runner import Runner, RunOptions, exit_code
+from harness.schema_check import validate_report
+
+pytestmark = pytest.mark.slow
+
+
+def run_suite(
+    project: Path, *, budget: float | None = None, retries: int = 1, keyword: str | None = None
+) -> tuple[RunReport, Runner]:
+    suite = load_suite([project / "cases"])
+    assert not suite.errors, suite.errors
+    runner = Runner(
+        RunOptions(
+            profile=Profile(retry=RetryPolicy(retries=retries)),
+            out_root=project / "reports",
+            code_roots=(str(project / "code"),),
+            budget_s=budget,
+            cwd=str(project),
+        )
+    )
+    runner.run_plan(build_plan(suite.cases, ["cpu"], keyword))
+    return runner.finish(), runner
+
+
+def by_id(report: RunReport) -> dict[str, object]:
+    return {c.id: c for c in report.cases}
+
+
+def test_faults_are_recorded_and_the_run_goes_on(project: Path) -> None:
+    write_cases(
+        project,
+        "faults.toml",
+        """
+        [[case]]
+        id = "segv"
+        kind = "loader"
+        target = "tmod:segv"
+        retries = 0
+
+        [[case]]
+        id = "hang"
+        kind = "loader"
+        target = "tmod:hang"
+        timeout_s = 2
+        retries = 0
+
+        [[case]]
+        id = "exit3"
+        kind = "loader"
+        target = "tmod:exit3"
+        retries = 0
+
+        [[case]]
+        id = "z-ok-after-faults"
+        kind = "loader"
+        target = "tmod:ok"
+        repeats = 2
+    """,
+    )
+    report, runner = run_suite(project)
+    cases = by_id(report)
+
+    segv = cases["segv"]
+    assert segv.status == "crashed"
+    assert "SIGSEGV" in segv.attempts[0].error.message
+    assert "in segv" in segv.attempts[0].error.traceback  # faulthandler's stack of the crash
+
+    hang = cases["hang"]
+    assert hang.status == "timeout"
+    assert hang.attempts[0].duration_s >= 2.0
+    # The stack captured before the kill shows where it hung.
+    assert "in hang" in hang.attempts[0].error.traceback
+    assert "tmod.py" in hang.attempts[0].error.traceback
+
+    exit3 = cases["exit3"]
+    assert exit3.status == "crashed"
+    assert "exited with code 3" in exit3.attempts[0].error.message
+
+    ok = cases["z-ok-after-faults"]
+    assert ok.status == "passed"
+    assert len(ok.attempts) == 2
+    # Both measured attempts ran in one persistent worker, replaced after the crashes.
+    pids = {a.worker_pid for a in ok.attempts}
+    assert len(pids) == 1
+    assert pids.isdisjoint({segv.attempts[0].worker_pid, exit3.attempts[0].worker_pid})
+    assert ok.attempts[0].stages["work"] >= 0
+    assert ok.attempts[0].fingerprints["a"]["shape"] == [4, 4]
+    assert ok.attempts[0].inputs["x"].startswith(("blake3:", "sha256:"))
+
+    assert exit_code(report, runner.infra_errors) == 1
+    run_dir = runner.run_dir
+    lines = (run_dir / "attempts.jsonl").read_text().splitlines()
+    assert len(lines) == 5  # every attempt streamed to the write-ahead log
+    doc = json.loads((run_dir / "report.json").read_text())
+    validate_report(doc)
+
+
+def test_infrastructure_error_then_pass_is_flaky_not_passed(project: Path) -> None:
+    marker = project / "marker"
+    write_cases(
+        project,
+        "flaky.toml",
+        f"""
+        id = "http-once"
+        kind = "pipeline"
+        target = "tmod:http_once"
+        params = {{ marker = "{marker}" }}
+        retries = 2
+    """,
+    )
+    report, runner = run_suite(project)
+    case = by_id(report)["http-once"]
+    assert case.status == "flaky"
+    assert [a.status for a in case.attempts] == ["error", "passed"]
+    assert case.attempts[0].error.type == "HTTPError"
+    assert exit_code(report, runner.infra_errors) == 7
+
+
+def test_failed_assertion_is_never_retried(project: Path) -> None:
+    write_cases(
+        project,
+        "bad.toml",
+        """
+        id = "bad"
+        kind = "loader"
+        target = "tmod:bad"
+        retries = 3
+    """,
+    )
+    report, _ = run_suite(project)
+    case = by_id(report)["bad"]
+    assert case.status == "failed"
+    assert len(case.attempts) == 1
+
+
+def test_retry_that_does_not_fit_the_budget_is_declined(project: Path) -> None:
+    write_cases(
+        project,
+        "budget.toml",
+        """
+        id = "http-slow"
+        kind = "pipeline"
+        target = "tmod:http_always"
+        params = { sleep = 1.5 }
+        retries = 3
+    """,
+    )
+    # Worker start-up (torch import) is not counted in an attempt, but it is in the budget:
+    # a 1.5 s failure leaves too little of a 2.5 s budget for a second 1.5 s try.
+    report, _ = run_suite(project, budget=2.5)
+    case = by_id(report)["http-slow"]
+    statuses = [a.status for a in case.attempts]
+    assert statuses[-1] == "budget_declined", statuses
+    declined = case.attempts[-1]
+    assert declined.metrics["seconds_estimated"] >= 1.5
+    assert declined.metrics["seconds_left"] < declined.metrics["seconds_estimated"]
+    assert "estimated" in declined.error.message and "left" in declined.error.message
+    assert case.status == "error"
+
+
+def test_cold_import_case_gets_a_fresh_interpreter_each_attempt(project: Path) -> None:
+    write_cases(
+        project,
+        "cold.toml",
+        """
+        [[case]]
+        id = "a-warm"
+        kind = "loader"
+        target = "tmod:ok"
+
+        [[case]]
+        id = "cold"
+        kind = "import"
+        target = "tmod:cold"
+        fresh_process = true
+        repeats = 2
+    """,
+    )
+    report, _ = run_suite(project)
+    cases = by_id(report)
+    cold = cases["cold"]
+    assert cold.status == "passed", cold.reason
+    pids = [a.notes["pid"] for a in cold.attempts]
+    assert len(set(pids)) == 2
+    assert cases["a-warm"].attempts[0].notes["pid"] not in pids
+    assert all(a.fresh_process for a in cold.attempts)
+
+
+def test_nan_output_fails_and_names_the_output(project: Path) -> None:
+    write_cases(
+        project,
+        "nan.toml",
+        """
+        id = "nan-audio"
+        kind = "pipeline"
+        target = "tmod:nan_output"
+    """,
+    )
+    report, _ = run_suite(project)
+    case = by_id(report)["nan-audio"]
+    assert case.status == "failed"
+    finite = next(c for c in case.checks if c.name == "finite(audio)")
+    assert finite.passed is False and finite.value == 1
+    assert "audio" in finite.reason
