@@ -85,6 +85,7 @@ class Runner:
         self.stop_requested = False
         self.interrupted = False
         self.infra_errors: list[str] = []
+        self.env_seconds = 0.0
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -112,11 +113,13 @@ class Runner:
         if self.env:
             return
         root = self.options.code_roots[0] if self.options.code_roots else self.options.cwd
+        t0 = time.perf_counter()
         try:
             reply = handle.request({"op": "env", "code_root": root}, timeout=120)
             self.env = dict(reply.get("env") or {"error": reply.get("message", "no env")})
         except (WorkerTimeout, WorkerCrashed) as exc:
             self.env = {"error": f"environment probe failed: {exc}"}
+        self.env_seconds = time.perf_counter() - t0
 
     # -- one attempt -------------------------------------------------------------------------
 

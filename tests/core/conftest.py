@@ -41,6 +41,18 @@ def exit3():
     os._exit(3)
 
 
+def sigkill():
+    import signal
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def oom_once(marker):
+    m = Path(marker)
+    if not m.exists():
+        m.write_text("seen")
+        raise MemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+
 def bad():
     assert 1 == 2, "one is not two"
 

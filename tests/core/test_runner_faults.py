@@ -65,6 +65,12 @@ def test_faults_are_recorded_and_the_run_goes_on(project: Path) -> None:
         retries = 0
 
         [[case]]
+        id = "killed"
+        kind = "loader"
+        target = "tmod:sigkill"
+        retries = 0
+
+        [[case]]
         id = "z-ok-after-faults"
         kind = "loader"
         target = "tmod:ok"
@@ -90,13 +96,17 @@ def test_faults_are_recorded_and_the_run_goes_on(project: Path) -> None:
     assert exit3.status == "crashed"
     assert "exited with code 3" in exit3.attempts[0].error.message
 
+    killed = cases["killed"]
+    assert killed.status == "crashed"
+    assert "SIGKILL" in killed.attempts[0].error.message
+
     ok = cases["z-ok-after-faults"]
     assert ok.status == "passed"
     assert len(ok.attempts) == 2
     # Both measured attempts ran in one persistent worker, replaced after the crashes.
     pids = {a.worker_pid for a in ok.attempts}
     assert len(pids) == 1
-    assert pids.isdisjoint({segv.attempts[0].worker_pid, exit3.attempts[0].worker_pid})
+    assert pids.isdisjoint({c.attempts[0].worker_pid for c in (segv, exit3, killed, hang)})
     assert ok.attempts[0].stages["work"] >= 0
     assert ok.attempts[0].fingerprints["a"]["shape"] == [4, 4]
     assert ok.attempts[0].inputs["x"].startswith(("blake3:", "sha256:"))
@@ -104,7 +114,7 @@ def test_faults_are_recorded_and_the_run_goes_on(project: Path) -> None:
     assert exit_code(report, runner.infra_errors) == 1
     run_dir = runner.run_dir
     lines = (run_dir / "attempts.jsonl").read_text().splitlines()
-    assert len(lines) == 5  # every attempt streamed to the write-ahead log
+    assert len(lines) == 6  # every attempt streamed to the write-ahead log
     doc = json.loads((run_dir / "report.json").read_text())
     validate_report(doc)
 
@@ -216,3 +226,20 @@ def test_nan_output_fails_and_names_the_output(project: Path) -> None:
     finite = next(c for c in case.checks if c.name == "finite(audio)")
     assert finite.passed is False and finite.value == 1
     assert "audio" in finite.reason
+
+
+def test_out_of_memory_is_retried(project: Path) -> None:
+    write_cases(
+        project,
+        "oom.toml",
+        f"""
+        id = "oom-once"
+        kind = "pipeline"
+        target = "tmod:oom_once"
+        params = {{ marker = "{project / "oom-marker"}" }}
+    """,
+    )
+    report, _ = run_suite(project, retries=1)
+    case = by_id(report)["oom-once"]
+    assert [a.status for a in case.attempts] == ["error", "passed"]
+    assert case.status == "flaky"

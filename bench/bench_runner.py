@@ -1,0 +1,172 @@
+"""Batched runner versus one pytest process per attempt, on the same machine, in one invocation.
+
+Nine cases x seven repeats of a cheap case that imports torch:
+
+(a) ``harness run`` on the nine cases (repeats = 7): one worker imports torch once and runs all
+    63 attempts back to back;
+(b) one ``python -m pytest`` process per attempt (63 interpreter start-ups, each importing
+    torch), which is what the motivating CI did.
+
+Prints both wall times, the ratio, and the harness's overhead per attempt beyond the case's own
+work and the one worker start. Usage::
+
+    python bench/bench_runner.py            # full: 9 x 7
+    python bench/bench_runner.py --quick    # 3 x 3, a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+CASE_MODULE = """
+def cheap(i=0):
+    import torch
+    x = torch.arange(64, dtype=torch.float32) * (i + 1)
+    assert float(x.sum()) == 2016.0 * (i + 1)
+"""
+
+TEST_MODULE = """
+import pytest
+from benchcase import cheap
+
+@pytest.mark.parametrize("i", range({n}))
+def test_cheap(i):
+    cheap(i)
+"""
+
+
+def write_project(root: Path, n_cases: int, repeats: int) -> None:
+    (root / "code").mkdir()
+    (root / "code" / "benchcase.py").write_text(CASE_MODULE)
+    (root / "cases").mkdir()
+    body = "".join(
+        textwrap.dedent(f"""
+        [[case]]
+        id = "cheap-{i}"
+        kind = "pipeline"
+        target = "benchcase:cheap"
+        params = {{ i = {i} }}
+        repeats = {repeats}
+        """)
+        for i in range(n_cases)
+    )
+    (root / "cases" / "bench.toml").write_text(body)
+    (root / "test_bench.py").write_text(TEST_MODULE.format(n=n_cases))
+
+
+def run_harness_cli(root: Path) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "run",
+            "cases",
+            "--code-root",
+            "code",
+            "-q",
+            "--run-id",
+            "cli",
+            "--out",
+            "reports",
+        ],
+        cwd=root,
+        check=True,
+        capture_output=True,
+    )
+    return time.perf_counter() - t0
+
+
+def harness_overhead(root: Path) -> tuple[float, float, float, int]:
+    """In-process run: wall, one worker start, per-attempt overhead (s), attempts."""
+    from harness.cases import load_suite
+    from harness.plan import build_plan
+    from harness.runner import Runner, RunOptions
+
+    suite = load_suite([root / "cases"])
+    runner = Runner(
+        RunOptions(
+            out_root=root / "reports",
+            run_id="inproc",
+            code_roots=(str(root / "code"),),
+            cwd=str(root),
+        )
+    )
+    t0 = time.perf_counter()
+    runner.run_plan(build_plan(suite.cases, ["cpu"]))
+    report = runner.finish()
+    wall = time.perf_counter() - t0
+    attempts = [a for c in report.cases for a in c.attempts]
+    assert all(a.status == "passed" for a in attempts), [a.error for a in attempts]
+    work = sum(a.duration_s for a in attempts)
+    # One worker start and one environment probe per run are the fixed cost; the rest of the
+    # wall time beyond the cases' own work is the per-attempt overhead.
+    startup = runner.pool.start_seconds + runner.env_seconds
+    return wall, startup, (wall - startup - work) / len(attempts), len(attempts)
+
+
+def run_pytest_per_attempt(root: Path, n_cases: int, repeats: int) -> tuple[float, list[float]]:
+    each = []
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        for i in range(n_cases):
+            s = time.perf_counter()
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pytest",
+                    "-q",
+                    "-p",
+                    "no:cacheprovider",
+                    f"test_bench.py::test_cheap[{i}]",
+                ],
+                cwd=root,
+                check=True,
+                capture_output=True,
+                env={**os.environ, "PYTHONPATH": str(root / "code")},
+            )
+            each.append(time.perf_counter() - s)
+    return time.perf_counter() - t0, each
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="3 cases x 3 repeats")
+    args = parser.parse_args()
+    n_cases, repeats = (3, 3) if args.quick else (9, 7)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        write_project(root, n_cases, repeats)
+        n = n_cases * repeats
+        print(f"{n_cases} cases x {repeats} repeats = {n} attempts of a case that imports torch")
+        wall_a = run_harness_cli(root)
+        print(f"(a) harness run (CLI, end to end):           {wall_a:8.2f} s")
+        wall_in, startup, overhead, n_att = harness_overhead(root)
+        print(
+            f"    in-process runner: {wall_in:.2f} s wall, worker start {startup:.2f} s, "
+            f"overhead {overhead * 1000:.2f} ms/attempt over {n_att} attempts"
+        )
+        wall_b, each = run_pytest_per_attempt(root, n_cases, repeats)
+        print(
+            f"(b) one python -m pytest per attempt:       {wall_b:8.2f} s "
+            f"(median {statistics.median(each):.2f} s per process)"
+        )
+        print(f"ratio (b)/(a): {wall_b / wall_a:.1f}x")
+        ok = overhead <= 0.005 and wall_b / wall_a >= 20
+        print("target (<= 5 ms/attempt overhead and >= 20x):", "met" if ok else "NOT met")
+
+
+if __name__ == "__main__":
+    main()
