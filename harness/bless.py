@@ -356,7 +356,7 @@ def _prepare_case(
             continue
         array = _load_output(run, name, info)
         _refuse_unusable(name, kind, array, info)
-        old = store.get(result.id, name, platform_class)
+        old = store.get(result.reference or result.id, name, platform_class)
         drift: dict[str, Any] = {}
         if old is not None:
             drift = _drift(store, old, kind, array, info, force)
@@ -529,7 +529,7 @@ def _write_entry(
     fps = meta.get("fps") if p.kind == "video" else None
     folder = (
         root
-        / _safe(result.id)
+        / _safe(result.reference or result.id)
         / _safe(platform_class)
         / _safe(p.output)
         / _content_id(p.array, f"{p.kind}{rate}")
@@ -561,7 +561,7 @@ def _write_entry(
     env = dict(report.env)
     env.setdefault("runner", report.runner)
     return ReferenceEntry(
-        reference_id=result.id,
+        reference_id=result.reference or result.id,
         platform_class=platform_class,
         output=p.output,
         kind=p.kind,

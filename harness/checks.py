@@ -155,7 +155,7 @@ def identical_outputs_check(spec: CheckSpec, attempts: Iterable[Attempt]) -> Che
     """Every measured passing attempt produced byte-identical outputs (by content hash)."""
     measured = [a for a in attempts if not a.warmup and a.status == "passed"]
     hashes = [
-        {k: v.get("hash") for k, v in a.outputs.items() if v.get("kind") != "file"}
+        {k: v.get("hash") for k, v in a.outputs.items()}
         for a in measured
     ]
     if len(measured) < 2:

@@ -205,6 +205,7 @@ class CaseResult:
     attempts: tuple[Attempt, ...] = ()
     seed: int | None = None
     repeats: int = 1
+    reference: str | None = None  # the reference id its quality checks use (bless writes it)
 
     @property
     def name(self) -> str:
@@ -232,6 +233,7 @@ class CaseResult:
             "reason": self.reason,
             "seed": self.seed,
             "repeats": self.repeats,
+            "reference": self.reference,
             "checks": [c.to_json() for c in self.checks],
             "attempts": [a.to_json() for a in self.attempts],
         }
@@ -250,6 +252,7 @@ class CaseResult:
             attempts=tuple(Attempt.from_json(a) for a in d.get("attempts", [])),
             seed=d.get("seed"),
             repeats=d.get("repeats", 1),
+            reference=d.get("reference"),
         )
 
 

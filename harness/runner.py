@@ -359,6 +359,7 @@ class Runner:
             attempts=attempts,
             seed=item.case.seed,
             repeats=self.options.repeats or item.case.repeats,
+            reference=item.case.reference or item.case.id,
         )
         self.results.append(result)
         return result

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import write_cases
+from corecases import write_cases
 
 from harness.schema_check import validate_report
 

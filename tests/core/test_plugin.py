@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import COLDMOD, TARGETS
+from corecases import COLDMOD, TARGETS
 
 import harness
 

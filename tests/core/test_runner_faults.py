@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import write_cases
+from corecases import write_cases
 
 from harness.cases import load_suite
 from harness.model import RunReport

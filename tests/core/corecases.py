@@ -1,0 +1,102 @@
+"""Shared helpers for the core tests: a target module and case files written into tmp_path.
+
+A module with a unique name, not conftest: several test folders have a conftest.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+TARGETS = """
+import ctypes, os, sys, time, urllib.error
+from pathlib import Path
+from harness import probe
+
+
+def ok(x=1):
+    import numpy as np
+    with probe.stage("work"):
+        a = np.ones((4, 4)) * x
+    probe.fingerprint("a", a)
+    probe.record_input("x", str(x))
+    probe.output("arr", a, kind="tensor")
+    probe.note("path", "eager")
+    probe.note("pid", os.getpid())
+
+
+def nan_output():
+    import numpy as np
+    probe.output("audio", np.array([0.0, float("nan"), 1.0], dtype=np.float32), kind="audio")
+
+
+def hang():
+    time.sleep(600)
+
+
+def segv():
+    ctypes.string_at(0)
+
+
+def exit3():
+    os._exit(3)
+
+
+def sigkill():
+    import signal
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def oom_once(marker):
+    m = Path(marker)
+    if not m.exists():
+        m.write_text("seen")
+        raise MemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+
+def bad():
+    assert 1 == 2, "one is not two"
+
+
+def http_once(marker):
+    m = Path(marker)
+    if not m.exists():
+        m.write_text("seen")
+        raise urllib.error.HTTPError("https://example.invalid/wheel", 403, "Forbidden", {}, None)
+
+
+def http_always(sleep=0.0):
+    time.sleep(sleep)
+    raise ConnectionError("HTTP 503 Service Unavailable while fetching weights")
+
+
+def slow(seconds=1.0):
+    time.sleep(seconds)
+
+
+def cold(module="coldmod"):
+    assert module not in sys.modules, f"{module} already imported: not a fresh interpreter"
+    __import__(module)
+    probe.note("pid", os.getpid())
+"""
+
+COLDMOD = "VALUE = 1\n"
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A scratch project: targets in code/, cases in cases/, reports go to reports/."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "tmod.py").write_text(TARGETS)
+    (code / "coldmod.py").write_text(COLDMOD)
+    (tmp_path / "cases").mkdir()
+    return tmp_path
+
+
+def write_cases(project: Path, name: str, body: str) -> Path:
+    path = project / "cases" / name
+    path.write_text(textwrap.dedent(body))
+    return path
