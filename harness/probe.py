@@ -135,13 +135,15 @@ def stage(name: str) -> Iterator[None]:
         yield
         return
     rec = _current
+    # Claim the slot on entry so stages are listed in the order they started, outer first.
+    rec.stages.setdefault(name, 0.0)
     _synchronize()
     start = time.perf_counter()
     try:
         yield
     finally:
         _synchronize()
-        rec.stages[name] = rec.stages.get(name, 0.0) + (time.perf_counter() - start)
+        rec.stages[name] += time.perf_counter() - start
 
 
 # --- content hashing -----------------------------------------------------------------------

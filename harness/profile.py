@@ -37,6 +37,9 @@ class Profile:
     time_budget_s: float | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     budgets: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    # CPU threads per worker (OMP/MKL and torch). Pinned so latency on a shared runner measures
+    # the code, not the scheduler: spin-waiting intra-op threads are very noisy under load.
+    threads: int | None = None
     source: str = ""
 
 
@@ -56,7 +59,7 @@ def load_profile(path: Path) -> Profile:
         raise ProfileError(f"{path}: no such runner profile") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"{path}: not valid TOML: {exc}") from exc
-    known = {"name", "platform", "device_count", "time_budget_s", "retry", "budgets"}
+    known = {"name", "platform", "device_count", "time_budget_s", "retry", "budgets", "threads"}
     for key in data:
         if key not in known:
             raise ProfileError(f"{path}: unknown key '{key}' (known keys: {sorted(known)})")
@@ -100,6 +103,9 @@ def load_profile(path: Path) -> Profile:
             s: float(_expect(path, f"budgets.{case_id}.{s}", v, (int, float), "seconds"))
             for s, v in stages.items()
         }
+    threads = data.get("threads")
+    if threads is not None and (_expect(path, "threads", threads, (int,), "an integer") < 1):
+        raise ProfileError(f"{path}: key 'threads' = {threads}: expected an integer >= 1")
     budget = data.get("time_budget_s")
     if budget is not None:
         _expect(path, "time_budget_s", budget, (int, float), "seconds")
@@ -118,6 +124,7 @@ def load_profile(path: Path) -> Profile:
             patterns=patterns,
         ),
         budgets=budgets,
+        threads=threads,
         source=str(path),
     )
 

@@ -97,6 +97,14 @@ class Runner:
         kw: dict[str, Any] = {}
         if self.options.preimport is not None:
             kw["preimport"] = self.options.preimport
+        threads = self.options.profile.threads
+        if threads is not None:
+            n = str(threads)
+            kw["extra_env"] = (
+                ("OMP_NUM_THREADS", n),
+                ("MKL_NUM_THREADS", n),
+                ("HARNESS_THREADS", n),
+            )
         return WorkerSpec(
             platform=platform, code_roots=self.options.code_roots, cwd=self.options.cwd, **kw
         )
@@ -117,6 +125,7 @@ class Runner:
         try:
             reply = handle.request({"op": "env", "code_root": root}, timeout=120)
             self.env = dict(reply.get("env") or {"error": reply.get("message", "no env")})
+            self.env["worker_threads"] = self.options.profile.threads
         except (WorkerTimeout, WorkerCrashed) as exc:
             self.env = {"error": f"environment probe failed: {exc}"}
         self.env_seconds = time.perf_counter() - t0

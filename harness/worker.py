@@ -66,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.preimport:
         if importlib.util.find_spec(name) is not None:
             __import__(name)
+    threads = os.environ.get("HARNESS_THREADS")
+    if threads and "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(int(threads))
     _answer(proto, {"op": "ready", "pid": os.getpid()})
     for line in sys.stdin:
         if not line.strip():

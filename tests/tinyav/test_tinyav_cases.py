@@ -1,0 +1,96 @@
+"""The tinyav case suite: every case file validates, names a real scenario with bindable params,
+and every scenario passes its declared ``note.*`` checks when run here (fresh-process cases in a
+fresh interpreter)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import probe
+from harness.cases import Case, load_file
+
+ROOT = Path(__file__).resolve().parents[2]
+TARGET = ROOT / "targets" / "tinyav"
+CASE_FILES = sorted((ROOT / "cases").glob("*/*.toml"))
+CASES = [c for f in CASE_FILES for c in load_file(f) if (c.target or "").startswith("tinyav.")]
+
+
+def _fn(case: Case) -> Any:
+    module, name = (case.target or "").split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def test_ids_unique_and_kinds_match_folders() -> None:
+    ids = [c.id for c in CASES]
+    assert len(ids) == len(set(ids))
+    assert len(CASES) >= 40
+    for c in CASES:
+        folder = Path(c.source).parent.name
+        assert c.kind == folder or (c.kind == "import" and folder == "quant"), c.id
+        assert c.fresh_process == (c.kind == "import"), c.id
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_params_bind(case: Case) -> None:
+    inspect.signature(_fn(case)).bind(**case.params)
+
+
+def _note_checks(case: Case, notes: dict[str, Any]) -> None:
+    for spec in case.checks:
+        if not spec.metric.startswith("note."):
+            continue
+        key = spec.metric.removeprefix("note.")
+        want = spec.threshold_for(("cpu", "any"))
+        assert key in notes, f"{case.id}: note {key!r} not reported"
+        assert spec.op == "==" and notes[key] == want, (
+            f"{case.id}: {key}={notes[key]!r}, want {want!r}"
+        )
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if not c.fresh_process], ids=lambda c: c.id)
+def test_case_passes_here(case: Case, tmp_path: Path) -> None:
+    rec = probe._begin(seed=case.seed, platform="cpu", output_dir=tmp_path / "out")
+    try:
+        _fn(case)(**case.params)
+    finally:
+        probe._end()
+    _note_checks(case, rec.notes)
+    for name, out in rec.outputs.items():
+        assert out["nonfinite"] == 0, f"{case.id}: output {name} has non-finite values"
+
+
+def test_fresh_process_cases_pass() -> None:
+    """All cold-import cases, each in its own fresh interpreter (as the worker runs them)."""
+    fresh = [c for c in CASES if c.fresh_process]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TARGET), str(ROOT)])}
+    for case in fresh:
+        code = (
+            "import json, sys; from harness import probe; import importlib\n"
+            "rec = probe._begin(seed=0, platform='cpu', output_dir=None)\n"
+            f"m, f = {case.target!r}.split(':')\n"
+            f"params = json.loads({json.dumps(json.dumps(case.params))})\n"
+            "getattr(importlib.import_module(m), f)(**params)\n"
+            "print(json.dumps(rec.notes))\n"
+        )
+        start = time.perf_counter()
+        proc = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+        assert proc.returncode == 0, f"{case.id}: {proc.stderr[-2000:]}"
+        _note_checks(case, json.loads(proc.stdout.strip().splitlines()[-1]))
+        assert time.perf_counter() - start < 30
