@@ -480,7 +480,7 @@ def _drift(
 
 
 def _worst_ssim(a: np.ndarray, b: np.ndarray) -> float:
-    from harness.metrics.ssim import ssim
+    from harness.metrics import ssim
 
     return float(np.min(ssim(a, b, data_range=255.0)))
 

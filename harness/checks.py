@@ -154,10 +154,7 @@ def evaluate_attempt_checks(
 def identical_outputs_check(spec: CheckSpec, attempts: Iterable[Attempt]) -> CheckResult:
     """Every measured passing attempt produced byte-identical outputs (by content hash)."""
     measured = [a for a in attempts if not a.warmup and a.status == "passed"]
-    hashes = [
-        {k: v.get("hash") for k, v in a.outputs.items()}
-        for a in measured
-    ]
+    hashes = [{k: v.get("hash") for k, v in a.outputs.items()} for a in measured]
     if len(measured) < 2:
         return CheckResult(
             spec.name,

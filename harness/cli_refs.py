@@ -22,7 +22,9 @@ examples:
 
 BLESS_EXAMPLE = """\
 Pins the outputs of the last passing measured attempt of each case (or of --case) as the
-references of that case: video frames as PNG, audio as float32 WAV, tensors as safetensors.
+references of that case (with no passing attempt: the last one that failed only its quality
+checks, as every attempt does before the first bless): video frames as PNG, audio as float32
+WAV, tensors as safetensors; file outputs such as MP4 are not stored.
 Refuses NaN/Inf outputs, blank frames and silent audio; refuses an output that drifts from the
 reference it replaces (worst-frame mean abs diff > 8, SSIM < 0.9, audio SNR < 20 dB, shape
 change) unless --force. Nothing else ever writes the reference store.
@@ -169,10 +171,14 @@ def _verify(args: argparse.Namespace) -> int:
     problems = store.verify()
     for line in problems:
         print(line)
-    n = len(store.entries)
-    files = sum(len(e.files) for e in store.entries.values())
+    try:
+        n = len(store.entries)
+        files = sum(len(e.files) for e in store.entries.values())
+        counts = f"{n} entries, {files} files"
+    except HarnessError:
+        counts = "manifest unreadable"
     if problems:
-        print(f"{len(problems)} problem(s) in {args.references} ({n} entries, {files} files)")
+        print(f"{len(problems)} problem(s) in {args.references} ({counts})")
         return 1
-    print(f"ok: {args.references} ({n} entries, {files} files verified)")
+    print(f"ok: {args.references} ({counts} verified)")
     return 0

@@ -81,33 +81,27 @@ def ffmpeg_version() -> str:
 
 
 @contextmanager
-def _ffmpeg_log() -> Iterator[list[str]]:
-    """Collect FFmpeg's own error lines: they hold the real cause ("moov atom not found")."""
-    lines: list[str] = []
-    # PyAV silences FFmpeg's log by default, which also drops the cause of a failed open. Turn
-    # it on at ERROR only while we call FFmpeg, captured (not printed), and restore it after.
+def _ffmpeg_errors() -> Iterator[None]:
+    """Let FFmpeg's error lines reach PyAV's exceptions without printing them.
+
+    PyAV silences FFmpeg's log by default, which also drops the real cause of a failed open
+    ("moov atom not found") from the exception. With the level at ERROR, PyAV appends the last
+    error line to the exception text; the capture keeps those lines off stderr. The previous
+    level is restored on exit (the level is process-wide: decode from one thread at a time
+    if the exact messages matter).
+    """
     previous = av.logging.get_level()
     if previous is None or previous < av.logging.ERROR:
         av.logging.set_level(av.logging.ERROR)
     try:
-        with av.logging.Capture(local=True) as logs:
-            try:
-                yield lines
-            finally:
-                for level, _name, message in logs:
-                    if level <= av.logging.ERROR and message.strip():
-                        lines.append(message.strip())
+        with av.logging.Capture(local=True):
+            yield
     finally:
         av.logging.set_level(previous)
 
 
-def _cause(exc: BaseException, log: list[str]) -> str:
-    detail = str(exc)
-    extra = [line for line in log if line not in detail]
-    if extra:
-        # Keep the message one readable line: the first few FFmpeg lines are the diagnostic.
-        detail = f"{detail} (ffmpeg: {'; '.join(list(dict.fromkeys(extra))[:3])})"
-    return f"{type(exc).__name__}: {detail}"
+def _cause(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _check_file(path: Path, what: str) -> None:
@@ -130,7 +124,7 @@ def decode_video(path: str | os.PathLike[str], *, threads: bool = True) -> Video
     p = Path(path)
     _check_file(p, "video")
     frames: list[np.ndarray] = []
-    with _ffmpeg_log() as log:
+    with _ffmpeg_errors():
         try:
             with av.open(str(p), mode="r") as container:
                 if not container.streams.video:
@@ -153,8 +147,10 @@ def decode_video(path: str | os.PathLike[str], *, threads: bool = True) -> Video
                     frames.append(frame.to_ndarray(format="rgb24"))
         except MediaError:
             raise
-        except (av.error.FFmpegError, OSError, ValueError) as exc:
-            raise MediaError(f"{p}: cannot decode video: {_cause(exc, log)}") from exc
+        except Exception as exc:
+            # Anything a broken file provokes (FFmpeg errors, but also PyAV tripping over a
+            # half-parsed stream) is a failure of this file, not of the harness.
+            raise MediaError(f"{p}: cannot decode video: {_cause(exc)}") from exc
     if not frames:
         raise MediaError(f"{p}: cannot decode video: the {codec} stream has zero frames")
     shapes = {f.shape for f in frames}
@@ -176,7 +172,7 @@ def decode_audio(path: str | os.PathLike[str]) -> AudioData:
     p = Path(path)
     _check_file(p, "audio")
     chunks: list[np.ndarray] = []
-    with _ffmpeg_log() as log:
+    with _ffmpeg_errors():
         try:
             with av.open(str(p), mode="r") as container:
                 if not container.streams.audio:
@@ -207,8 +203,10 @@ def decode_audio(path: str | os.PathLike[str]) -> AudioData:
                         chunks.append(out.to_ndarray())
         except MediaError:
             raise
-        except (av.error.FFmpegError, OSError, ValueError) as exc:
-            raise MediaError(f"{p}: cannot decode audio: {_cause(exc, log)}") from exc
+        except Exception as exc:
+            # Anything a broken file provokes (FFmpeg errors, but also PyAV tripping over a
+            # half-parsed stream) is a failure of this file, not of the harness.
+            raise MediaError(f"{p}: cannot decode audio: {_cause(exc)}") from exc
     if not chunks:
         raise MediaError(f"{p}: cannot decode audio: the {codec} stream has zero samples")
     pcm = np.ascontiguousarray(np.concatenate(chunks, axis=1), dtype=np.float32)
@@ -286,12 +284,14 @@ def read_png(path: str | os.PathLike[str]) -> np.ndarray:
     """
     p = Path(path)
     _check_file(p, "image")
-    with _ffmpeg_log() as log:
+    with _ffmpeg_errors():
         try:
             ctx: Any = av.CodecContext.create("png", "r")
             frames = [*ctx.decode(av.Packet(p.read_bytes())), *ctx.decode(None)]
-        except (av.error.FFmpegError, OSError, ValueError) as exc:
-            raise MediaError(f"{p}: cannot decode image: {_cause(exc, log)}") from exc
+        except Exception as exc:
+            # Anything a broken file provokes (FFmpeg errors, but also PyAV tripping over a
+            # half-parsed stream) is a failure of this file, not of the harness.
+            raise MediaError(f"{p}: cannot decode image: {_cause(exc)}") from exc
     if not frames:
         raise MediaError(f"{p}: cannot decode image: not a PNG (no image decoded)")
     frame = frames[0]

@@ -48,6 +48,7 @@ __all__ = [
     "file_sha256",
     "harness_version",
     "platform_chain",
+    "read_manifest",
 ]
 
 FORMAT_VERSION = 1
@@ -264,7 +265,14 @@ class ReferenceStore:
 
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root)
-        self.manifest = read_manifest(self.root)
+        self._manifest: Manifest | None = None
+
+    @property
+    def manifest(self) -> Manifest:
+        """The parsed manifest, read on first use (so a bad one fails the check that needs it)."""
+        if self._manifest is None:
+            self._manifest = read_manifest(self.root)
+        return self._manifest
 
     @property
     def entries(self) -> Mapping[tuple[str, str, str], ReferenceEntry]:
@@ -402,9 +410,13 @@ class ReferenceStore:
         """
         if not self.root.is_dir():
             return [f"{self.root}: reference store folder does not exist"]
+        try:
+            manifest = self.manifest
+        except ReferenceStoreError as exc:
+            return [str(exc)]
         problems: list[str] = []
         listed: dict[str, str] = {}
-        for entry in self.manifest.entries.values():
+        for entry in manifest.entries.values():
             if not entry.files:
                 problems.append(f"{entry.key}: manifest entry lists no files")
             for f in entry.files:

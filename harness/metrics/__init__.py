@@ -38,7 +38,6 @@ from harness.metrics._base import (
     UnknownMetricError,
     aggregate,
 )
-from harness.metrics.absdiff import MAE, MaxAbs, mae, max_abs
 from harness.metrics.audio import (
     AudioLSD,
     AudioMAD,
@@ -50,8 +49,8 @@ from harness.metrics.audio import (
 )
 from harness.metrics.clip import CLIPSimilarity, clip_similarity
 from harness.metrics.finite import count_nonfinite
-from harness.metrics.psnr import PSNR, psnr
-from harness.metrics.ssim import SSIM, ssim
+from harness.metrics.pixel import MAE, PSNR, MaxAbs, mae, max_abs, psnr
+from harness.metrics.structural import SSIM, ssim
 
 __all__ = [
     "MAE",

@@ -8,13 +8,16 @@ from the border, then over channels. Per frame it agrees with scikit-image to ~1
 
 Why it is fast: scikit-image filters whole float64 images with edge reflection and then crops
 the border away. Only the cropped pixels count, so we filter the *valid* region directly, in
-float32, as shift-and-add passes over tiles of rows small enough to stay in cache. Inputs are
-centred on half the data range first, which keeps float32 cancellation in ``E[x^2] - E[x]^2``
-four times smaller than on raw 0..255 values.
+float32, as shift-and-add passes over tiles of rows small enough to stay in cache, one frame
+per thread. Inputs are centred on half the data range first, which keeps float32 cancellation
+in ``E[x^2] - E[x]^2`` four times smaller than on raw 0..255 values.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -27,7 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["SSIM", "ssim"]
 
 #: Rows of output per tile. 32-64 keeps the five filtered maps of one tile in L2 on 768-wide
-#: frames; whole frames are ~3x slower on two cores (measured, see bench/bench_metrics.py).
+#: frames; whole-frame passes were ~3x slower (measured on 768x512 RGB).
 _TILE_ROWS = 48
 
 
@@ -78,6 +81,26 @@ def _ssim_map_sum(
     return (num / den).sum(dim=(-2, -1), dtype=torch.float64)
 
 
+@contextmanager
+def _torch_single_threaded() -> Iterator[int]:
+    """Run torch ops inline for the duration; yields the thread count to use instead.
+
+    Why: every small tile op is an OpenMP parallel region ending in a barrier. On a busy runner
+    (other jobs, the harness's own workers) a descheduled OpenMP thread stalls each barrier, and
+    two-thread SSIM measured 5-10x slower than one thread. Parallelising over frames with
+    Python threads (torch releases the GIL) uses as many cores as torch was allowed, without
+    barriers. The previous setting is restored on exit.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield before
+    finally:
+        torch.set_num_threads(before)
+
+
 def ssim(
     pred: Any,
     target: Any,
@@ -87,11 +110,14 @@ def ssim(
     truncate: float = 3.5,
     k1: float = 0.01,
     k2: float = 0.03,
+    workers: int | None = None,
 ) -> np.ndarray:
     """SSIM of each frame of ``pred`` against ``target``, averaged over channels.
 
     ``pred``/``target``: ``[H, W]``, ``[H, W, C]`` or ``[T, H, W, C]`` (numpy, torch or
     ``VideoData``) on a 0..``data_range`` scale. Returns float64 ``[T]`` (``[1]`` for one frame).
+    ``workers``: frames computed in parallel; default ``torch.get_num_threads()``, so the
+    process's torch thread setting stays the one knob for how many cores metrics use.
 
     >>> import numpy as np
     >>> a = np.zeros((16, 16, 3), np.uint8)
@@ -111,17 +137,25 @@ def ssim(
     centre = data_range / 2.0
     r = win // 2
     valid = (h - 2 * r) * (w - 2 * r)
-    out = np.empty(n, dtype=np.float64)
-    with torch.inference_mode():
-        for i in range(n):
+
+    def one_frame(i: int) -> float:
+        with torch.inference_mode():
             x = torch.from_numpy(np.ascontiguousarray(p[i])).permute(2, 0, 1).float() - centre
             y = torch.from_numpy(np.ascontiguousarray(t[i])).permute(2, 0, 1).float() - centre
             total = torch.zeros(c, dtype=torch.float64)
             for top in range(0, h - 2 * r, _TILE_ROWS):
                 bottom = min(top + _TILE_ROWS + 2 * r, h)
                 total += _ssim_map_sum(x[:, top:bottom], y[:, top:bottom], taps, c1, c2, centre)
-            out[i] = float((total / valid).mean())
-    return out
+            return float((total / valid).mean())
+
+    with _torch_single_threaded() as allowed:
+        n_workers = max(1, min(n, workers if workers is not None else allowed))
+        if n_workers == 1:
+            values = [one_frame(i) for i in range(n)]
+        else:
+            with ThreadPoolExecutor(n_workers, thread_name_prefix="harness-ssim") as pool:
+                values = list(pool.map(one_frame, range(n)))
+    return np.asarray(values, dtype=np.float64)
 
 
 class SSIM(Metric):

@@ -1,0 +1,138 @@
+"""Audio SNR, MAD and LSD on synthetic signals with a known lag and a known noise level."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import signal
+
+from harness import metrics
+from harness.media import AudioData
+
+SR = 16000
+
+
+def tone(n: int = SR, channels: int = 2) -> np.ndarray:
+    t = np.arange(n) / SR
+    base = 0.5 * np.sin(2 * np.pi * 220 * t) + 0.2 * np.sin(2 * np.pi * 1375 * t + 0.3)
+    return np.stack([base * (1.0 - 0.2 * c) for c in range(channels)])
+
+
+def delayed(x: np.ndarray, lag: int) -> np.ndarray:
+    """``x`` arriving ``lag`` samples late (zeros first), same length."""
+    out = np.zeros_like(x)
+    out[:, lag:] = x[:, : x.shape[1] - lag]
+    return out
+
+
+def test_align_finds_known_lag(rng: np.random.Generator) -> None:
+    # Broadband reference so the correlation peak is unique.
+    target = rng.standard_normal((2, 8000)) * 0.1
+    for lag in (0, 37, 400):
+        p, t, found = metrics.align(delayed(target, lag), target, max_lag=1000)
+        assert found == lag
+        np.testing.assert_array_equal(p, t[:, : p.shape[1]])
+    # pred early: negative lag
+    _, _, found = metrics.align(target[:, 25:], target, max_lag=100)
+    assert found == -25
+
+
+def test_align_respects_max_lag(rng: np.random.Generator) -> None:
+    target = rng.standard_normal((1, 4000))
+    _, _, found = metrics.align(delayed(target, 300), target, max_lag=100)
+    assert abs(found) <= 100
+    _, _, found = metrics.align(delayed(target, 300), target, max_lag=0)
+    assert found == 0
+
+
+def test_snr_of_known_noise_after_alignment(rng: np.random.Generator) -> None:
+    target = tone()
+    noise_std = 0.01
+    pred = delayed(target, 123) + rng.normal(0.0, noise_std, target.shape)
+    expected = 10 * math.log10(np.mean(target**2) / noise_std**2)  # ~ 30.6 dB
+    assert metrics.audio_snr(pred, target, max_lag=500) == pytest.approx(expected, abs=0.2)
+    # Without alignment the same pair is far worse: the lag matters.
+    assert metrics.audio_snr(pred, target, max_lag=0) < expected - 10
+
+
+def test_snr_identical_is_inf_and_nan_propagates() -> None:
+    x = tone(4000)
+    assert metrics.audio_snr(x, x) == math.inf
+    y = x.copy()
+    y[0, 10] = np.nan
+    assert math.isnan(metrics.audio_snr(y, x, max_lag=0))
+
+
+def test_mad_of_known_offset() -> None:
+    x = tone(4000, channels=1)
+    assert metrics.audio_mad(x + 0.01, x, max_lag=0) == pytest.approx(0.01, rel=1e-9)
+    assert metrics.audio_mad(x, x) == 0.0
+
+
+def _lsd_reference(p: np.ndarray, t: np.ndarray, n_fft: int = 512, eps: float = 1e-10) -> float:
+    """Independent LSD: explicit framing + numpy rfft, same window scaling as scipy's stft."""
+    win = signal.get_window("hann", n_fft)
+    hop = n_fft // 4
+    dists = []
+    for ch in range(p.shape[0]):
+        for start in range(0, p.shape[1] - n_fft + 1, hop):
+            fp = np.fft.rfft(p[ch, start : start + n_fft] * win) / win.sum()
+            ft = np.fft.rfft(t[ch, start : start + n_fft] * win) / win.sum()
+            d = 10 * np.log10(np.abs(fp) ** 2 + eps) - 10 * np.log10(np.abs(ft) ** 2 + eps)
+            dists.append(np.sqrt(np.mean(d**2)))
+    return float(np.mean(dists))
+
+
+def test_lsd_matches_independent_implementation(rng: np.random.Generator) -> None:
+    t = tone(6000) + rng.normal(0, 0.01, (2, 6000))
+    p = t * 0.8 + rng.normal(0, 0.02, t.shape)
+    ours = metrics.audio_lsd(p, t, max_lag=0)
+    assert ours == pytest.approx(_lsd_reference(p, t), rel=1e-9)
+
+
+def test_lsd_of_known_gain(rng: np.random.Generator) -> None:
+    t = rng.standard_normal((1, 8000)) * 0.1  # broadband: eps only matters in rare near-empty bins
+    assert metrics.audio_lsd(2.0 * t, t) == pytest.approx(20 * math.log10(2.0), abs=1e-3)
+    assert metrics.audio_lsd(t, t) == 0.0
+    with pytest.raises(ValueError, match="shorter than the LSD frame"):
+        metrics.audio_lsd(t[:, :100], t[:, :100])
+
+
+def test_audio_metric_classes(rng: np.random.Generator) -> None:
+    target = tone(8000)
+    good = AudioData(
+        pcm=(target + rng.normal(0, 0.001, target.shape)).astype(np.float32),
+        sample_rate=SR,
+        codec="pcm_f32le",
+    )
+    bad = AudioData(
+        pcm=(target + rng.normal(0, 0.05, target.shape)).astype(np.float32),
+        sample_rate=SR,
+        codec="pcm_f32le",
+    )
+    ref = AudioData(pcm=target.astype(np.float32), sample_rate=SR, codec="pcm_f32le")
+    snr = metrics.get("audio_snr")()
+    snr.update(good, ref)
+    snr.update(bad, ref)
+    r = snr.compute()
+    assert r.per_frame is None
+    assert r.unit == "dB" and r.higher_is_better
+    assert r.value == pytest.approx(metrics.audio_snr(bad, ref))
+    assert r.settings["max_lag_samples"] == metrics.audio.DEFAULT_MAX_LAG
+    lsd = metrics.get("audio_lsd")()
+    lsd.update(good, ref)
+    lsd.update(bad, ref)
+    assert lsd.compute().value == pytest.approx(metrics.audio_lsd(bad, ref))
+    assert lsd.compute().settings["n_fft"] == 512
+    mad = metrics.get("audio_mad")()
+    with pytest.raises(ValueError, match="Hz"):
+        mad.update(good, AudioData(pcm=ref.pcm, sample_rate=8000, codec="x"))
+
+
+def test_audio_rejects_mismatched_channels() -> None:
+    with pytest.raises(ValueError, match="channels"):
+        metrics.audio_snr(tone(1000, 2), tone(1000, 1))
+    with pytest.raises(ValueError, match="max_lag"):
+        metrics.audio_snr(tone(1000), tone(1000), max_lag=-1)

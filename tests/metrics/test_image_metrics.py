@@ -1,0 +1,165 @@
+"""SSIM, PSNR, MAE and max-abs against scikit-image / numpy on seeded inputs.
+
+Tolerances: SSIM 1e-4 absolute per frame (the acceptance bar; we see ~1e-8), PSNR 1e-9 dB,
+MAE and max-abs exact for uint8 input.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from skimage.metrics import peak_signal_noise_ratio, structural_similarity
+
+from harness import metrics
+
+SSIM_TOL = 1e-4
+
+
+def sk_ssim(a: np.ndarray, b: np.ndarray, **kw: float) -> float:
+    kw = {"data_range": 255.0, "sigma": 1.5, **kw}
+    return float(
+        structural_similarity(
+            a,
+            b,
+            gaussian_weights=True,
+            use_sample_covariance=False,
+            channel_axis=-1 if a.ndim == 3 else None,
+            **kw,
+        )
+    )
+
+
+def test_ssim_matches_skimage_per_frame(frame_pair: tuple[np.ndarray, np.ndarray]) -> None:
+    ref, test = frame_pair
+    ours = metrics.ssim(test, ref)
+    expected = np.array([sk_ssim(test[i], ref[i]) for i in range(len(ref))])
+    assert ours.shape == (4,)
+    np.testing.assert_allclose(ours, expected, atol=SSIM_TOL, rtol=0)
+    assert np.all(np.diff(ours) < 0)  # more noise, lower SSIM: the fixture is meaningful
+
+
+def test_ssim_matches_skimage_on_extremes(rng: np.random.Generator) -> None:
+    flat = np.full((32, 40, 3), 128, np.uint8)
+    noise = rng.integers(0, 256, (32, 40, 3), dtype=np.uint8)
+    black = np.zeros((32, 40, 3), np.uint8)
+    for a, b in [(flat, flat), (flat, noise), (noise, black), (black, black)]:
+        assert metrics.ssim(a, b)[0] == pytest.approx(sk_ssim(a, b), abs=SSIM_TOL)
+    assert metrics.ssim(noise, noise)[0] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_ssim_other_settings_match_skimage(rng: np.random.Generator) -> None:
+    a = rng.random((40, 48))  # grey float image on a 0..1 scale
+    b = np.clip(a + rng.normal(0, 0.05, a.shape), 0, 1)
+    ours = metrics.ssim(a, b, data_range=1.0, sigma=1.0)
+    assert ours[0] == pytest.approx(sk_ssim(a, b, data_range=1.0, sigma=1.0), abs=SSIM_TOL)
+
+
+def test_ssim_accepts_torch_and_rejects_small_frames(
+    frame_pair: tuple[np.ndarray, np.ndarray],
+) -> None:
+    ref, test = frame_pair
+    np.testing.assert_allclose(
+        metrics.ssim(torch.from_numpy(test), torch.from_numpy(ref)), metrics.ssim(test, ref)
+    )
+    with pytest.raises(ValueError, match="smaller than the 11x11"):
+        metrics.ssim(np.zeros((8, 8, 3)), np.zeros((8, 8, 3)))
+    with pytest.raises(ValueError, match="shape"):
+        metrics.ssim(ref, ref[:2])
+
+
+def test_psnr_matches_skimage(frame_pair: tuple[np.ndarray, np.ndarray]) -> None:
+    ref, test = frame_pair
+    expected = [peak_signal_noise_ratio(ref[i], test[i], data_range=255) for i in range(4)]
+    np.testing.assert_allclose(metrics.psnr(test, ref), expected, rtol=0, atol=1e-9)
+
+
+def test_psnr_of_identical_frames_is_inf(frame_pair: tuple[np.ndarray, np.ndarray]) -> None:
+    ref, test = frame_pair
+    video = np.concatenate([ref[:1], test[1:]])
+    values = metrics.psnr(video, ref)
+    assert values[0] == math.inf
+    assert all(math.isfinite(v) for v in values[1:])
+    result = metrics.PSNR()
+    result.update(ref, ref)
+    assert result.compute().value == math.inf
+
+
+def test_mae_and_max_abs_match_numpy(frame_pair: tuple[np.ndarray, np.ndarray]) -> None:
+    ref, test = frame_pair
+    diff = np.abs(ref.astype(np.float64) - test.astype(np.float64))
+    np.testing.assert_array_equal(metrics.mae(test, ref), diff.mean(axis=(1, 2, 3)))
+    np.testing.assert_array_equal(metrics.max_abs(test, ref), diff.max(axis=(1, 2, 3)))
+
+
+def test_mae_on_large_frames_is_exact(rng: np.random.Generator) -> None:
+    # Bigger than one internal chunk, so the chunked sums are exercised.
+    a = rng.integers(0, 256, (2, 300, 400, 3), dtype=np.uint8)
+    b = rng.integers(0, 256, (2, 300, 400, 3), dtype=np.uint8)
+    d = np.abs(a.astype(np.int64) - b)
+    np.testing.assert_array_equal(metrics.mae(a, b), d.sum(axis=(1, 2, 3)) / d[0].size)
+    sse = (d**2).sum(axis=(1, 2, 3))
+    np.testing.assert_allclose(metrics.psnr(a, b), 10 * np.log10(255.0**2 / (sse / d[0].size)))
+
+
+def test_float_inputs_and_nan_propagate() -> None:
+    a = np.zeros((16, 16, 3))
+    b = a.copy()
+    b[3, 3, 1] = np.nan
+    assert math.isnan(metrics.mae(a, b)[0])
+    assert math.isnan(metrics.max_abs(a, b)[0])
+    assert math.isnan(metrics.psnr(a, b)[0])
+    m = metrics.MAE()
+    m.update(a, a)
+    m.update(a, b)
+    assert math.isnan(m.compute().value or 0.0)  # NaN can never pass a threshold
+
+
+@pytest.mark.parametrize(("name", "worst_index"), [("ssim", 3), ("psnr", 3), ("mae", 3)])
+def test_worst_frame_aggregation(
+    frame_pair: tuple[np.ndarray, np.ndarray], name: str, worst_index: int
+) -> None:
+    ref, test = frame_pair
+    metric = metrics.get(name)()
+    metric.update(test[:2], ref[:2])  # updates accumulate frames
+    metric.update(test[2:], ref[2:])
+    result = metric.compute()
+    assert result.per_frame is not None and len(result.per_frame) == 4
+    assert result.value == result.per_frame[worst_index]
+    worst = min if metric.higher_is_better else max
+    assert result.value == worst(result.per_frame)
+    mean = metrics.get(name)(reduce="mean")
+    mean.update(test, ref)
+    assert mean.compute().value == pytest.approx(float(np.mean(result.per_frame)))
+    assert mean.compute().settings["reduce"] == "mean"
+
+
+def test_ssim_result_records_settings(frame_pair: tuple[np.ndarray, np.ndarray]) -> None:
+    ref, test = frame_pair
+    m = metrics.SSIM()
+    m.update(test, ref)
+    r = m.compute()
+    assert r.name == "ssim" and r.higher_is_better and r.status == "ok"
+    assert r.settings["window_size"] == 11
+    assert r.settings["sigma"] == 1.5
+    assert r.settings["data_range"] == 255.0
+    assert (r.settings["k1"], r.settings["k2"]) == (0.01, 0.03)
+    assert r.settings["reduce"] == "worst"
+
+
+def test_compute_before_update_is_an_error() -> None:
+    with pytest.raises(ValueError, match="before any update"):
+        metrics.SSIM().compute()
+
+
+def test_ssim_threads_agree_and_torch_setting_is_restored(
+    frame_pair: tuple[np.ndarray, np.ndarray],
+) -> None:
+    ref, test = frame_pair
+    before = torch.get_num_threads()
+    serial = metrics.ssim(test, ref, workers=1)
+    parallel = metrics.ssim(test, ref, workers=3)
+    np.testing.assert_array_equal(serial, parallel)
+    assert torch.get_num_threads() == before

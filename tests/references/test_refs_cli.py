@@ -1,0 +1,69 @@
+"""``harness refs bless|verify`` through argparse: exit codes, output and --help examples."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import pytest
+from refs_helpers import MakeRun, video
+
+from harness import cli_refs
+from harness.references import ReferenceStore
+
+
+def _run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="harness")
+    sub = parser.add_subparsers(dest="command")
+    cli_refs.add_parser(sub)
+    return cli_refs.main_refs(parser.parse_args(argv))
+
+
+def test_bless_and_verify(
+    make_run: MakeRun, store_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = make_run(
+        "r", {"c": {"video": ("video", video(0), {}), "mp4": ("file", np.zeros(4, np.uint8), {})}}
+    )
+    refs = ["--references", str(store_root)]
+    assert _run(["refs", "bless", "--run", str(run), "--reason", "first", "--who", "a", *refs]) == 0
+    out = capsys.readouterr().out
+    assert "blessed c/any/video (video, 4 files, new)" in out and "skipped c/mp4" in out
+    assert _run(["refs", "verify", *refs]) == 0
+    assert "ok:" in capsys.readouterr().out
+
+    entry = ReferenceStore(store_root).lookup("c", "video", ["any"])
+    (store_root / entry.files[0].path).write_bytes(b"tampered")
+    assert _run(["refs", "verify", *refs]) == 1
+    assert "does not match the manifest" in capsys.readouterr().out
+
+
+def test_bless_refusal_and_bad_input_exit_2(
+    make_run: MakeRun, store_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blank = np.full((2, 16, 16, 3), 9, np.uint8)
+    run = make_run("r", {"c": {"video": ("video", blank, {})}})
+    refs = ["--references", str(store_root)]
+    assert _run(["refs", "bless", "--run", str(run), "--reason", "x", *refs]) == 2
+    assert "REFUSED pipeline/c[cpu]" in capsys.readouterr().out
+    assert _run(["refs", "bless", "--run", str(run), *refs]) == 2  # no --reason
+    assert "--reason" in capsys.readouterr().err
+    assert _run(["refs", "bless", "--run", str(run), "--case", "zz", "--reason", "x", *refs]) == 2
+    assert "case 'zz' is not in the run" in capsys.readouterr().err
+    assert _run(["refs"]) == 2
+
+
+@pytest.mark.parametrize("argv", [["refs"], ["refs", "bless"], ["refs", "verify"]])
+def test_help_has_example(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        _run([*argv, "--help"])
+    assert info.value.code == 0
+    assert "example" in capsys.readouterr().out
+
+
+def test_verify_bad_manifest_exit_1(store_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store_root.mkdir()
+    (store_root / "manifest.json").write_text('{"format_version": 2}')
+    assert _run(["refs", "verify", "--references", str(store_root)]) == 1
+    assert "format_version 2 is not supported" in capsys.readouterr().out

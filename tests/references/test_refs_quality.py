@@ -1,0 +1,203 @@
+"""Quality checks against pinned references: verdicts, per-frame details, readable tables."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from refs_helpers import MakeRun, audio, video
+from safetensors.numpy import save_file
+
+from harness.bless import bless
+from harness.cases import Case, CheckSpec
+from harness.model import CheckResult
+from harness.quality import CLIP_NOT_CONFIGURED, compare, evaluate, format_table
+from harness.references import ReferenceStore
+
+CASE = Case(
+    id="t2va", kind="pipeline", source="cases/pipeline/t2va.toml", target="m:f", frames="all"
+)
+CHAIN = ["cpu", "any"]
+
+
+@pytest.fixture
+def store(make_run: MakeRun, store_root: Path) -> ReferenceStore:
+    run = make_run(
+        "ref",
+        {
+            "t2va": {
+                "video": ("video", video(0), {"fps": 8}),
+                "audio": ("audio", audio(), {"sample_rate": 16000}),
+            }
+        },
+    )
+    bless(run, store_root, reason="initial", who="alice")
+    return ReferenceStore(store_root)
+
+
+def _outputs(**arrays: np.ndarray) -> dict[str, dict[str, Any]]:
+    return {n: {"kind": "audio" if n == "audio" else "video"} for n in arrays}
+
+
+def _check(metric: str, op: str, threshold: float, **kw: Any) -> CheckSpec:
+    return CheckSpec(
+        metric=metric,
+        op=op,
+        threshold=threshold,
+        output=kw.pop("output", "video"),
+        name=f"{metric}(video)",
+        **kw,
+    )
+
+
+def test_identical_output_passes(store: ReferenceStore) -> None:
+    arrays = {"video": video(0)}
+    ssim = evaluate(_check("ssim", ">=", 0.98), CASE, CHAIN, _outputs(**arrays), arrays, store)
+    assert ssim.passed is True and ssim.value == pytest.approx(1.0)
+    assert [r["frame"] for r in ssim.details] == [0, 1, 2, 3]
+    assert ssim.settings["sigma"] == 1.5 and ssim.settings["data_range"] == 255.0
+    assert ssim.settings["reference"] == "t2va/any/video"
+    psnr = evaluate(_check("psnr", ">=", 40.0), CASE, CHAIN, _outputs(**arrays), arrays, store)
+    assert psnr.passed is True and math.isinf(psnr.value)
+    assert CheckResult.from_json(psnr.to_json()) == psnr  # inf survives JSON
+
+
+def test_degraded_output_fails_with_table(store: ReferenceStore) -> None:
+    degraded = video(0)
+    rng = np.random.default_rng(5)
+    degraded[2] = np.clip(degraded[2] + rng.integers(-90, 91, degraded[2].shape), 0, 255)
+    arrays = {"video": degraded}
+    spec = _check("ssim", ">=", 0.95, thresholds={"hip": 0.9})
+    check = evaluate(spec, CASE, CHAIN, _outputs(**arrays), arrays, store)
+    assert check.passed is False and check.threshold == 0.95
+    rows = {r["frame"]: r for r in check.details}
+    assert rows[2]["passed"] is False and rows[0]["passed"] is True
+    assert check.value == pytest.approx(rows[2]["obtained"])
+    assert check.reason and "failing frames: 2" in check.reason
+    table = format_table(check)
+    lines = table.splitlines()
+    assert lines[0].startswith("ssim(video): FAILED, obtained 0.")
+    assert "required >= 0.95" in lines[0]
+    assert any("sigma=1.5" in line for line in lines)
+    assert any(line.split()[:2] == ["ssim", "2"] and line.split()[-1] == "NO" for line in lines)
+    header = next(line for line in lines if "metric" in line and "frame" in line)
+    assert header.split() == ["metric", "frame", "obtained", "op", "threshold", "passed"]
+    # the platform threshold applies on hip
+    hip = evaluate(spec, CASE, ["hip", "any"], _outputs(**arrays), arrays, store)
+    assert hip.threshold == 0.9
+
+
+def test_frame_selection_and_mean(store: ReferenceStore) -> None:
+    arrays = {"video": video(0)}
+    case = Case(id="t2va", kind="pipeline", source="x", target="m:f")  # first-mid-last
+    check = evaluate(_check("mae", "<=", 1.0), case, CHAIN, _outputs(**arrays), arrays, store)
+    assert [r["frame"] for r in check.details] == [0, 2, 3] and check.passed
+    mean = evaluate(
+        _check("mae", "<=", 1.0, frames=(1,), reduce="mean"),
+        case,
+        CHAIN,
+        _outputs(**arrays),
+        arrays,
+        store,
+    )
+    assert [r["frame"] for r in mean.details] == [1] and mean.settings["reduce"] == "mean"
+
+
+def test_missing_reference_fails(store: ReferenceStore) -> None:
+    arrays = {"video": video(0)}
+    spec = _check("ssim", ">=", 0.98)
+    none = evaluate(spec, CASE, CHAIN, _outputs(**arrays), arrays, None)
+    assert none.passed is False and "no reference store" in (none.reason or "")
+    other = Case(id="other", kind="pipeline", source="x", target="m:f")
+    missing = evaluate(spec, other, CHAIN, _outputs(**arrays), arrays, store)
+    assert missing.passed is False and "no reference 'other'" in (missing.reason or "")
+    assert "NOT RUN" not in format_table(missing) and "FAILED" in format_table(missing)
+    no_output = evaluate(_check("ssim", ">=", 0.9, output="vid"), CASE, CHAIN, {}, {}, store)
+    assert no_output.passed is False and "no output 'vid'" in (no_output.reason or "")
+
+
+def test_tampered_reference_fails(store: ReferenceStore, store_root: Path) -> None:
+    entry = store.lookup("t2va", "video", CHAIN)
+    (store_root / entry.files[0].path).write_bytes(b"garbage")
+    arrays = {"video": video(0)}
+    check = evaluate(_check("ssim", ">=", 0.9), CASE, CHAIN, _outputs(**arrays), arrays, store)
+    assert check.passed is False and "does not match the manifest" in (check.reason or "")
+
+
+def test_shape_mismatch_fails(store: ReferenceStore) -> None:
+    arrays = {"video": video(0, frames=3)}
+    check = evaluate(_check("psnr", ">=", 30), CASE, CHAIN, _outputs(**arrays), arrays, store)
+    assert check.passed is False
+    assert "[3, 32, 32, 3]" in (check.reason or "") and "[4, 32, 32, 3]" in (check.reason or "")
+
+
+def test_clip_not_configured(store: ReferenceStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HARNESS_CLIP_MODEL", raising=False)
+    arrays = {"video": video(0)}
+    check = evaluate(_check("clip", ">=", 0.9), CASE, CHAIN, _outputs(**arrays), arrays, store)
+    assert check.passed is None and check.reason == CLIP_NOT_CONFIGURED
+    assert "(set HARNESS_CLIP_MODEL)" in check.reason
+    assert not check.blocking and format_table(check).startswith("clip(video): NOT RUN")
+
+
+def test_audio_metrics(store: ReferenceStore) -> None:
+    arrays = {"audio": audio()}
+    spec = CheckSpec(metric="audio_snr", op=">=", threshold=30.0, output="audio", name="snr")
+    check = evaluate(spec, CASE, CHAIN, _outputs(**arrays), arrays, store)
+    assert check.passed is True and math.isinf(check.value)
+    noisy = {
+        "audio": (audio() + 0.2 * np.random.default_rng(1).standard_normal((1, 8000))).astype(
+            np.float32
+        )
+    }
+    bad = evaluate(spec, CASE, CHAIN, _outputs(**noisy), noisy, store)
+    assert bad.passed is False and bad.details[0]["frame"] == "all"
+    assert "max_lag_samples" in bad.settings
+    # no output named: the only audio output is picked
+    auto = CheckSpec(metric="audio_mad", op="<=", threshold=1e-6, name="mad")
+    assert evaluate(auto, CASE, CHAIN, _outputs(**arrays), arrays, store).passed is True
+
+
+def test_output_read_from_file(store: ReferenceStore, tmp_path: Path) -> None:
+    path = tmp_path / "video.safetensors"
+    save_file({"data": video(0)}, str(path))
+    outputs = {"video": {"kind": "video", "path": str(path)}}
+    check = evaluate(_check("max_abs", "==", 0), CASE, CHAIN, outputs, {}, store)
+    assert check.passed is True and check.value == 0
+
+
+def test_bad_settings_fail_not_crash(store: ReferenceStore) -> None:
+    arrays = {"video": video(0)}
+    spec = _check("ssim", ">=", 0.9, settings={"windw": 7})
+    check = evaluate(spec, CASE, CHAIN, _outputs(**arrays), arrays, store)
+    assert check.passed is False and "windw" in (check.reason or "")
+
+
+@pytest.mark.parametrize(
+    ("value", "op", "threshold", "expected"),
+    [
+        (1.0, ">=", 1.0, True),
+        (1.0, ">", 1.0, False),
+        (0.5, "<=", 1, True),
+        (2, "<", 1, False),
+        (3, "==", 3, True),
+        (3, "!=", 3, False),
+        (math.nan, ">=", 0.0, False),
+        (math.inf, ">=", 40.0, True),
+        (None, ">=", 1.0, False),
+    ],
+)
+def test_compare(value: Any, op: str, threshold: Any, expected: bool) -> None:
+    assert compare(value, op, threshold) is expected
+
+
+def test_unreadable_manifest_fails_the_check(store_root: Path) -> None:
+    store_root.mkdir()
+    (store_root / "manifest.json").write_text("{not json")
+    arrays = {"video": video(0)}
+    store = ReferenceStore(store_root)
+    check = evaluate(_check("ssim", ">=", 0.9), CASE, CHAIN, _outputs(**arrays), arrays, store)
+    assert check.passed is False and "cannot read the reference manifest" in (check.reason or "")
