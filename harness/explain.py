@@ -2,69 +2,89 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+from harness.checks import compare
 from harness.model import CaseResult, CheckResult
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A fixed-width text table."""
-    cells = [[str(h) for h in headers]] + [[_fmt(v) for v in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = [
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
-def _fmt(v: object) -> str:
+def fmt_number(v: Any) -> str:
+    """A number as a report shows it: 6 significant digits, inf/nan spelled out, None as -."""
+    if isinstance(v, bool) or v is None:
+        return "-" if v is None else str(v)
     if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
         return f"{v:.6g}"
-    if v is None:
-        return "-"
     return str(v)
 
 
-def explain_checks(checks: Sequence[CheckResult]) -> str:
-    """The failed and not-run checks as one table, with per-frame rows where there are any."""
-    rows: list[list[object]] = []
-    for c in checks:
-        if c.passed is True:
-            continue
-        verdict = "not run" if c.passed is None else ("FAIL" if c.policy == "fail" else "warn")
-        settings = ", ".join(f"{k}={v}" for k, v in c.settings.items())
-        rows.append(
-            [
-                verdict,
-                c.name,
-                c.output or "",
-                "",
-                c.value,
-                f"{c.op} {_fmt(c.threshold)}",
-                settings or c.reason or "",
-            ]
+def explain_check(check: CheckResult) -> str:
+    """A plain-text explanation of a check: verdict line, reason, settings, per-frame table.
+
+    Used by the pytest items and the JUnit failure text.
+    """
+    verdict = {True: "passed", False: "FAILED", None: "NOT RUN"}[check.passed]
+    head = f"{check.name}: {verdict}"
+    if check.value is not None:
+        n = len(check.details)
+        how = "mean" if check.settings.get("reduce") == "mean" else "worst"
+        head += f", obtained {fmt_number(check.value)}" + (
+            f" ({how} of {n} frames)" if n > 1 else ""
         )
-        for d in c.details:
-            if d.get("passed") is True:
-                continue
-            where = d.get("frame", d.get("attempt", d.get("output", "")))
-            rows.append(
-                [
-                    "",
-                    "",
-                    "",
-                    where,
-                    d.get("obtained", d.get("hashes")),
-                    f"{c.op} {_fmt(d.get('threshold', c.threshold))}",
-                    "",
-                ]
-            )
-        if c.reason and settings:
-            rows.append(["", "", "", "", "", "", c.reason])
-    if not rows:
-        return ""
-    return table(["", "check", "output", "frame", "obtained", "threshold", "settings / why"], rows)
+    head += f", required {check.op} {fmt_number(check.threshold)}"
+    if check.policy == "warn":
+        head += " [policy: warn]"
+    lines = [head]
+    if check.reason:
+        lines.append(f"reason: {check.reason}")
+    settings = {
+        k: v
+        for k, v in check.settings.items()
+        if k not in ("reference", "reference_blessed", "frames") and v not in ("", None)
+    }
+    if "reference" in check.settings:
+        lines.append(f"reference: {check.settings['reference']}")
+    if settings:
+        lines.append(
+            "settings: " + ", ".join(f"{k}={fmt_number(v)}" for k, v in sorted(settings.items()))
+        )
+    if check.details:
+        header = ["metric", "frame", "obtained", "op", "threshold", "passed"]
+        rows = [
+            [
+                check.metric,
+                fmt_number(row.get("frame")),
+                fmt_number(row.get("obtained")),
+                check.op,
+                fmt_number(row.get("threshold", check.threshold)),
+                "yes" if _row_passed(check, row) else "NO",
+            ]
+            for row in check.details
+        ]
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+        for r in [header, *rows]:
+            cells = [
+                r[0].ljust(widths[0]),
+                *(c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)),
+            ]
+            lines.append("  " + "  ".join(cells))
+    return "\n".join(lines)
+
+
+def _row_passed(check: CheckResult, row: Mapping[str, Any]) -> bool:
+    if "passed" in row:
+        return bool(row["passed"])
+    return compare(row.get("obtained"), check.op, row.get("threshold", check.threshold))
+
+
+def explain_checks(checks: Sequence[CheckResult]) -> str:
+    """Every check that did not pass (failed, warned or not run), one block each."""
+    return "\n\n".join(explain_check(c) for c in checks if c.passed is not True)
 
 
 def explain_case(result: CaseResult) -> str:

@@ -22,10 +22,11 @@ from __future__ import annotations
 import os
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.explain import explain_checks
 from harness.model import FAILING, Attempt, CaseResult, CheckResult, RunReport
 
 __all__ = ["write_junit", "xml_safe"]
@@ -138,7 +139,7 @@ def _case_problem(case: CaseResult, last: Attempt | None) -> tuple[str, str, str
     if last is not None and last.error is not None and (case.status != "failed" or not checks):
         return _error_text(last, case.status)
     if checks:
-        return _checks_summary(checks), "CheckFailed", _check_table(checks)
+        return _checks_summary(checks), "CheckFailed", explain_checks(checks)
     why = case.reason or f"case {case.status} without a recorded error or failed check"
     return why, case.status, why
 
@@ -148,7 +149,7 @@ def _rerun(parent: ET.Element, tag: str, a: Attempt) -> None:
     if a.error is not None or not checks:
         message, type_, body = _error_text(a, a.status)
     else:
-        message, type_, body = _checks_summary(checks), "CheckFailed", _check_table(checks)
+        message, type_, body = _checks_summary(checks), "CheckFailed", explain_checks(checks)
     el = _sub(parent, tag, message=f"{_attempt_label(a)}: {message}", type=type_)
     ET.SubElement(el, "stackTrace").text = xml_safe(body)
 
@@ -169,8 +170,6 @@ def _attempt_label(a: Attempt) -> str:
 
 # --- check tables --------------------------------------------------------------------------
 
-_COLUMNS = ("metric", "output", "frame", "obtained", "threshold", "settings")
-
 
 def _checks_summary(checks: Sequence[CheckResult]) -> str:
     parts = [
@@ -178,37 +177,6 @@ def _checks_summary(checks: Sequence[CheckResult]) -> str:
     ]
     head = f"{len(checks)} check{'s' if len(checks) != 1 else ''} failed: "
     return head + "; ".join(parts)
-
-
-def _check_rows(c: CheckResult) -> Iterable[tuple[str, ...]]:
-    settings = ", ".join(f"{k}={_fmt(v)}" for k, v in c.settings.items())
-    rows = c.details or ({},)
-    for row in rows:
-        frame = row.get("frame", "")
-        obtained = row.get("obtained", row.get("value", c.value))
-        threshold = row.get("threshold", c.threshold)
-        yield (
-            c.metric,
-            c.output or "",
-            _fmt(frame),
-            _fmt(obtained),
-            f"{c.op} {_fmt(threshold)}",
-            settings,
-        )
-
-
-def _check_table(checks: Sequence[CheckResult]) -> str:
-    rows = [row for c in checks for row in _check_rows(c)]
-    return _table(_COLUMNS, rows)
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
-    lines = [
-        "  ".join(str(x).ljust(w) for x, w in zip(r, widths, strict=True)).rstrip()
-        for r in (header, ["-" * w for w in widths], *rows)
-    ]
-    return "\n".join(lines)
 
 
 def _notes(case: CaseResult) -> str:

@@ -5,7 +5,8 @@
 platform fallback chain, selects the frames (``spec.frames`` or the case's ``frames``), computes
 the metric per frame, and applies the threshold to the worst frame (or the mean with
 ``reduce = "mean"``). The :class:`~harness.model.CheckResult` keeps one ``details`` row per
-frame and the metric's settings, so :func:`format_table` can print why a check failed::
+frame and the metric's settings, so :func:`harness.explain.explain_check` can print why a
+check failed::
 
     ssim(video): FAILED, obtained 0.8123 (worst of 3 frames), required >= 0.98
     reference: t2va-int8/any/video
@@ -20,7 +21,6 @@ reason; only CLIP without a configured model is *not run* (``passed=None``), and
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -31,10 +31,11 @@ import numpy as np
 from harness.cases import Case, CheckSpec
 from harness.checks import compare
 from harness.errors import HarnessError
+from harness.explain import fmt_number
 from harness.model import CheckResult
 from harness.references import ReferenceEntry, ReferenceStore
 
-__all__ = ["AUDIO_METRICS", "CLIP_ENV", "QUALITY_METRICS", "compare", "evaluate", "format_table"]
+__all__ = ["AUDIO_METRICS", "CLIP_ENV", "QUALITY_METRICS", "compare", "evaluate"]
 
 QUALITY_METRICS: frozenset[str] = frozenset(
     {"ssim", "psnr", "mae", "max_abs", "clip", "audio_snr", "audio_mad", "audio_lsd"}
@@ -151,8 +152,8 @@ def evaluate(
         how = "mean" if spec.reduce == "mean" else "worst"
         failing = [str(r["frame"]) for r in details if not r["passed"]]
         reason = (
-            f"{spec.metric} of '{name}' is {_num(value)} ({how} of {len(per)}), "
-            f"required {spec.op} {_num(threshold)}"
+            f"{spec.metric} of '{name}' is {fmt_number(value)} ({how} of {len(per)}), "
+            f"required {spec.op} {fmt_number(threshold)}"
             + (f"; failing frames: {', '.join(failing)}" if failing and labels[0] != "all" else "")
         )
     return result(passed, reason, value, name, settings, details)
@@ -265,69 +266,3 @@ def _compute(spec: CheckSpec, obtained: np.ndarray, reference: np.ndarray) -> An
         raise _CheckFailed(
             f"{spec.metric} could not be computed: {type(exc).__name__}: {exc}"
         ) from exc
-
-
-# --- rendering --------------------------------------------------------------------------------
-
-
-def _num(v: Any) -> str:
-    if isinstance(v, bool) or v is None:
-        return "-" if v is None else str(v)
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "nan"
-        if math.isinf(v):
-            return "inf" if v > 0 else "-inf"
-        return f"{v:.6g}"
-    return str(v)
-
-
-def format_table(check: CheckResult) -> str:
-    """A plain-text explanation of a check: verdict line, reason, settings, per-frame table.
-
-    Used by the pytest items, the JUnit failure text and the Markdown summary.
-    """
-    verdict = {True: "passed", False: "FAILED", None: "NOT RUN"}[check.passed]
-    head = f"{check.name}: {verdict}"
-    if check.value is not None:
-        n = len(check.details)
-        how = "mean" if check.settings.get("reduce") == "mean" else "worst"
-        head += f", obtained {_num(check.value)}" + (f" ({how} of {n} frames)" if n > 1 else "")
-    head += f", required {check.op} {_num(check.threshold)}"
-    if check.policy == "warn":
-        head += " [policy: warn]"
-    lines = [head]
-    if check.reason:
-        lines.append(f"reason: {check.reason}")
-    settings = {
-        k: v
-        for k, v in check.settings.items()
-        if k not in ("reference", "reference_blessed", "frames") and v not in ("", None)
-    }
-    if "reference" in check.settings:
-        lines.append(f"reference: {check.settings['reference']}")
-    if settings:
-        lines.append(
-            "settings: " + ", ".join(f"{k}={_num(v)}" for k, v in sorted(settings.items()))
-        )
-    if check.details:
-        header = ["metric", "frame", "obtained", "op", "threshold", "passed"]
-        rows = [
-            [
-                check.metric,
-                _num(row.get("frame")),
-                _num(row.get("obtained")),
-                check.op,
-                _num(row.get("threshold", check.threshold)),
-                "yes" if row.get("passed") else "NO",
-            ]
-            for row in check.details
-        ]
-        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-        for r in [header, *rows]:
-            cells = [
-                r[0].ljust(widths[0]),
-                *(c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)),
-            ]
-            lines.append("  " + "  ".join(cells))
-    return "\n".join(lines)

@@ -13,8 +13,9 @@ from safetensors.numpy import save_file
 
 from harness.bless import bless
 from harness.cases import Case, CheckSpec
+from harness.explain import explain_check as format_table
 from harness.model import CheckResult
-from harness.quality import CLIP_NOT_CONFIGURED, compare, evaluate, format_table
+from harness.quality import CLIP_NOT_CONFIGURED, compare, evaluate
 from harness.references import ReferenceStore
 
 CASE = Case(
