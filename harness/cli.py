@@ -226,9 +226,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     for c in report.cases:
         if c.status not in ("passed", "skipped"):
-            print(
-                f"  {c.status:8} {c.kind}/{c.id}[{c.platform}]: {c.reason or ''}", file=sys.stderr
-            )
+            print(f"  {c.status:8} {c.name}: {c.reason or ''}", file=sys.stderr)
+    for c in report.cases:
+        for check in c.checks:
+            if check.passed is None:
+                print(f"  not run  {c.name} {check.name}: {check.reason}", file=sys.stderr)
+            elif check.passed is False and check.policy == "warn":
+                print(
+                    f"  warning  {c.name} {check.name}: {check.reason or check.value}",
+                    file=sys.stderr,
+                )
     code = exit_code(report, runner.infra_errors)
     # An interrupted run proves nothing about what it did not run: never exit 0 or 7.
     return 3 if report.interrupted and code in (0, 7) else code

@@ -131,8 +131,12 @@ def run_attempt(job: Mapping[str, Any], case: Case) -> Attempt:
     )
     if status == "passed" and any(c.blocking for c in checks):
         status = "failed"
-        failed = [c.name for c in checks if c.blocking]
-        error = make_error("CheckFailed", f"checks failed: {', '.join(failed)}")
+        failed = [
+            f"{c.name}: {c.reason or f'{c.value} (want {c.op} {c.threshold})'}"
+            for c in checks
+            if c.blocking
+        ]
+        error = make_error("CheckFailed", "checks failed: " + "; ".join(failed))
     return Attempt(
         case_id=case.id,
         platform=platform,

@@ -33,6 +33,10 @@ class HarnessFlakyWarning(pytest.PytestWarning):
     """A case passed only after a retry: it is flaky, not passed."""
 
 
+class HarnessCheckNotRunWarning(pytest.PytestWarning):
+    """A check of a passing case could not run (say, no CLIP model): reported, never passed."""
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("harness", "harness case suite")
     group.addoption(
@@ -175,6 +179,14 @@ class CaseItem(pytest.Item):
             self.user_properties.append((key, value))
         for stage, secs in result.stage_medians().items():
             self.user_properties.append((f"stage.{stage}", round(secs, 6)))
+        for check in result.checks:
+            if check.passed is None:
+                warnings.warn(
+                    HarnessCheckNotRunWarning(
+                        f"{self.name}: check {check.name} not run: {check.reason}"
+                    ),
+                    stacklevel=1,
+                )
         if result.status == "passed":
             return
         if result.status == "flaky":

@@ -51,6 +51,14 @@ def summary_markdown(report: RunReport) -> str:
             f"| `{c.kind}/{c.id}[{c.platform}]` | {c.status} | {len(c.attempts)} | "
             f"{note[0] if note else ''} |"
         )
+    not_run = [
+        f"- `{c.name}` {k.name}: {k.reason}"
+        for c in report.cases
+        for k in c.checks
+        if k.passed is None
+    ]
+    if not_run:
+        lines += ["", "Checks not run:", *not_run]
     return "\n".join(lines) + "\n"
 
 

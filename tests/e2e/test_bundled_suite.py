@@ -1,0 +1,110 @@
+"""The README's main job, end to end: `harness run` on the bundled target and its case suite,
+gated by the committed references; and a regression committed into a scratch copy of the target
+is caught by those references."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def harness(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def tree_digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            h.update(str(p.relative_to(root)).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def test_whole_suite_passes_on_cpu_and_never_writes_references(tmp_path: Path) -> None:
+    before = tree_digest(REPO / "references")
+    proc = harness("run", "--out", str(tmp_path), "--run-id", "suite", "-q")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert tree_digest(REPO / "references") == before
+    doc = json.loads((tmp_path / "suite" / "report.json").read_text())
+    cases = doc["cases"]
+    assert len(cases) >= 40
+    assert {c["kind"] for c in cases} == {"loader", "quant", "import", "pipeline"}
+    assert all(c["status"] == "passed" for c in cases)
+    pipeline = [c for c in cases if c["kind"] == "pipeline"]
+    assert len(pipeline) == 8
+    for case in pipeline:
+        checks = {k["name"]: k for k in case["checks"]}
+        assert checks["ssim(video)"]["passed"] is True, case["id"]
+        assert checks["ssim(video)"]["settings"]["sigma"] == 1.5
+        assert checks["audio_snr(audio)"]["passed"] is True, case["id"]
+        assert checks["identical_outputs"]["value"] is True
+        attempt = case["attempts"][0]
+        assert "DenoisingStage" in attempt["stages"]
+        assert "latents.init" in attempt["fingerprints"] or attempt["fingerprints"]
+    # The CLIP check has no model here: reported as not run with its reason, never passed.
+    clip = next(k for c in pipeline for k in c["checks"] if k["metric"] == "clip")
+    assert clip["passed"] is None and "HARNESS_CLIP_MODEL" in clip["reason"]
+    assert "not run" in proc.stderr and "clip(video)" in proc.stderr
+    assert harness("refs", "verify").returncode == 0
+
+
+def test_regression_in_a_scratch_copy_is_caught_by_the_references(tmp_path: Path) -> None:
+    scratch = tmp_path / "tinyav"
+    shutil.copytree(
+        REPO / "targets" / "tinyav", scratch, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    pipeline = scratch / "tinyav" / "pipeline.py"
+    src = pipeline.read_text()
+    needle = "frames = self.companions.video_decoder(video.to(torch.float32).cpu())[0].numpy()"
+    assert needle in src
+    # A "harmless" brightness tweak in the video decoder output: +6 on every pixel.
+    pipeline.write_text(
+        src.replace(
+            needle,
+            needle + "\n            frames = (frames.astype('int16') + 6).clip(0, 255)"
+            ".astype('uint8')",
+        )
+    )
+    proc = harness(
+        "run",
+        "cases/pipeline",
+        "-k",
+        "t2va-int8 and not pruned",
+        "--code-root",
+        str(scratch),
+        "--out",
+        str(tmp_path / "runs"),
+        "--run-id",
+        "r",
+        "-q",
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    doc = json.loads((tmp_path / "runs" / "r" / "report.json").read_text())
+    (case,) = doc["cases"]
+    checks = {k["name"]: k for k in case["checks"]}
+    assert checks["mae(video)"]["passed"] is False
+    assert checks["mae(video)"]["value"] > 4
+    assert checks["psnr(video)"]["passed"] is False
+    assert checks["audio_snr(audio)"]["passed"] is True  # audio untouched: only video diverged
+    rows = checks["mae(video)"]["details"]
+    assert len(rows) == 16 and all("obtained" in r for r in rows)
+    junit = (tmp_path / "runs" / "r" / "junit.xml").read_text()
+    assert "mae(video): FAILED" in junit
