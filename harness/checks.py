@@ -120,7 +120,7 @@ def evaluate_attempt_checks(
         if spec.metric in CASE_LEVEL_METRICS:
             continue
         if not ran:
-            results.append(_not_run(spec, platform_chain, "not run: the attempt did not pass"))
+            results.append(_not_run(spec, platform_chain, "the attempt did not pass"))
             continue
         if spec.metric.startswith("note."):
             results.append(note_check(spec, notes, platform_chain))

@@ -204,7 +204,8 @@ class CaseItem(pytest.Item):
             state.flaky.append(self.name)
             return
         if result.status == "skipped":
-            pytest.skip(result.reason or "skipped")
+            # Reported at the case file (reportinfo), not at this line of the plugin.
+            raise pytest.skip.Exception(result.reason or "skipped", _use_item_location=True)
         raise CaseFailed(result)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
@@ -215,7 +216,7 @@ class CaseItem(pytest.Item):
         return str(super().repr_failure(excinfo))
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
-        return Path(self.plan_item.case.source), None, self.name
+        return Path(self.plan_item.case.source), 0, self.name
 
 
 class _BatchState:

@@ -42,7 +42,7 @@ QUALITY_METRICS: frozenset[str] = frozenset(
 )
 AUDIO_METRICS: frozenset[str] = frozenset({"audio_snr", "audio_mad", "audio_lsd"})
 CLIP_ENV = "HARNESS_CLIP_MODEL"
-CLIP_NOT_CONFIGURED = f"not run: no CLIP model configured (set {CLIP_ENV})"
+CLIP_NOT_CONFIGURED = f"no CLIP model configured (set {CLIP_ENV})"
 _VIDEO_KINDS = ("video", "image")
 
 
