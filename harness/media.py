@@ -113,6 +113,23 @@ def _check_file(path: Path, what: str) -> None:
         raise MediaError(f"{path}: cannot decode {what}: file is empty (0 bytes)")
 
 
+def _first_stream(container: Any, kind: str, p: Path) -> Any:
+    """The first ``kind`` stream that FFmpeg can decode, or a MediaError saying why not."""
+    streams = container.streams.video if kind == "video" else container.streams.audio
+    if not streams:
+        kinds = sorted({str(s.type) for s in container.streams}) or ["none"]
+        raise MediaError(
+            f"{p}: cannot decode {kind}: no {kind} stream (streams: {', '.join(kinds)})"
+        )
+    stream = streams[0]
+    if stream.codec_context is None:
+        raise MediaError(
+            f"{p}: cannot decode {kind}: unsupported codec (FFmpeg has no decoder for the first "
+            f"{kind} stream's codec)"
+        )
+    return stream
+
+
 def decode_video(path: str | os.PathLike[str], *, threads: bool = True) -> VideoData:
     """Decode every frame of the first video stream of ``path`` to uint8 RGB.
 
@@ -127,17 +144,7 @@ def decode_video(path: str | os.PathLike[str], *, threads: bool = True) -> Video
     with _ffmpeg_errors():
         try:
             with av.open(str(p), mode="r") as container:
-                if not container.streams.video:
-                    kinds: list[str] = sorted({str(s.type) for s in container.streams}) or ["none"]
-                    raise MediaError(
-                        f"{p}: cannot decode video: no video stream (streams: {', '.join(kinds)})"
-                    )
-                stream = container.streams.video[0]
-                if stream.codec_context is None:
-                    raise MediaError(
-                        f"{p}: cannot decode video: unsupported codec (FFmpeg has no decoder for "
-                        "the first video stream's codec)"
-                    )
+                stream = _first_stream(container, "video", p)
                 if threads:
                     stream.thread_type = "AUTO"
                 codec = stream.codec_context.name
@@ -175,17 +182,7 @@ def decode_audio(path: str | os.PathLike[str]) -> AudioData:
     with _ffmpeg_errors():
         try:
             with av.open(str(p), mode="r") as container:
-                if not container.streams.audio:
-                    kinds: list[str] = sorted({str(s.type) for s in container.streams}) or ["none"]
-                    raise MediaError(
-                        f"{p}: cannot decode audio: no audio stream (streams: {', '.join(kinds)})"
-                    )
-                stream = container.streams.audio[0]
-                if stream.codec_context is None:
-                    raise MediaError(
-                        f"{p}: cannot decode audio: unsupported codec (FFmpeg has no decoder for "
-                        "the first audio stream's codec)"
-                    )
+                stream = _first_stream(container, "audio", p)
                 codec = stream.codec_context.name
                 rate = int(stream.rate or stream.codec_context.sample_rate or 0)
                 resampler: Any = None

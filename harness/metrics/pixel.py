@@ -116,39 +116,37 @@ def max_abs(pred: Any, target: Any) -> np.ndarray:
     return _per_frame_diff(p, t, "max_abs")
 
 
-class MAE(Metric):
+class _AbsDiff(Metric):
+    """Shared shape of the absolute-difference metrics (lower is better, worst frame)."""
+
+    unit: ClassVar[str] = "levels (0-255)"
+    higher_is_better: ClassVar[bool] = False
+
+    def __init__(self, *, reduce: Reduce = "worst") -> None:
+        super().__init__(reduce=reduce)
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """Scale and reduction."""
+        return {"scale": "input (0-255 for uint8)", "reduce": self.reduce}
+
+    @staticmethod
+    def _per_frame(pred: Any, target: Any) -> np.ndarray:
+        raise NotImplementedError
+
+    def _measure(self, pred: Any, target: Any) -> list[float]:
+        return [float(v) for v in self._per_frame(pred, target)]
+
+
+class MAE(_AbsDiff):
     """Mean absolute difference per frame (lower is better); ``value`` is the worst frame."""
 
     name: ClassVar[str] = "mae"
-    unit: ClassVar[str] = "levels (0-255)"
-    higher_is_better: ClassVar[bool] = False
-
-    def __init__(self, *, reduce: Reduce = "worst") -> None:
-        super().__init__(reduce=reduce)
-
-    @property
-    def settings(self) -> dict[str, Any]:
-        """Scale and reduction."""
-        return {"scale": "input (0-255 for uint8)", "reduce": self.reduce}
-
-    def _measure(self, pred: Any, target: Any) -> list[float]:
-        return [float(v) for v in mae(pred, target)]
+    _per_frame = staticmethod(mae)
 
 
-class MaxAbs(Metric):
+class MaxAbs(_AbsDiff):
     """Maximum absolute difference per frame (lower is better); ``value`` is the worst frame."""
 
     name: ClassVar[str] = "max_abs"
-    unit: ClassVar[str] = "levels (0-255)"
-    higher_is_better: ClassVar[bool] = False
-
-    def __init__(self, *, reduce: Reduce = "worst") -> None:
-        super().__init__(reduce=reduce)
-
-    @property
-    def settings(self) -> dict[str, Any]:
-        """Scale and reduction."""
-        return {"scale": "input (0-255 for uint8)", "reduce": self.reduce}
-
-    def _measure(self, pred: Any, target: Any) -> list[float]:
-        return [float(v) for v in max_abs(pred, target)]
+    _per_frame = staticmethod(max_abs)
