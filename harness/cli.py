@@ -140,7 +140,13 @@ def _load(paths: Sequence[Path]) -> LoadResult:
 
 
 def _platforms(args: argparse.Namespace, profile_platform: str) -> list[str]:
-    return list(args.platforms) if args.platforms else [profile_platform]
+    from harness.platforms import REGISTRY
+
+    platforms = list(args.platforms) if args.platforms else [profile_platform]
+    for p in platforms:
+        if p not in REGISTRY:
+            raise UsageError(f"--platform {p}: expected one of {', '.join(sorted(REGISTRY))}")
+    return platforms
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -227,6 +233,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     for c in report.cases:
         if c.status not in ("passed", "skipped"):
             print(f"  {c.status:8} {c.name}: {c.reason or ''}", file=sys.stderr)
+    simulated = [c for c in report.cases if c.simulated]
+    if simulated:
+        print(
+            f"  {len(simulated)} result(s) on simulated platforms: "
+            f"{sorted({c.platform for c in simulated})} (labelled simulated in the report)",
+            file=sys.stderr,
+        )
     for c in report.cases:
         for check in c.checks:
             if check.passed is None:

@@ -86,6 +86,8 @@ class Runner:
         self.interrupted = False
         self.infra_errors: list[str] = []
         self.env_seconds = 0.0
+        # platform -> None when really present, else why it is simulated
+        self.simulated: dict[str, str | None] = {}
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -116,6 +118,25 @@ class Runner:
         )
         self._jsonl.flush()
         self.all_attempts.append(attempt)
+
+    def _check_platform(self, platform: str, handle: WorkerHandle) -> None:
+        if platform in self.simulated:
+            return
+        try:
+            reply = handle.request({"op": "platform", "platform": platform}, timeout=60)
+            ok, detail = bool(reply.get("available")), str(reply.get("detail", ""))
+        except (WorkerTimeout, WorkerCrashed) as exc:
+            ok, detail = False, f"platform probe failed: {exc}"
+        self.simulated[platform] = (
+            None
+            if ok
+            else (
+                f"simulated: {platform} is not available here ({detail}); the case ran on this "
+                "machine's CPU with the platform's code paths selected"
+            )
+        )
+        if not ok:
+            self._say(f"platform {platform}: {self.simulated[platform]}")
 
     def _collect_env(self, handle: WorkerHandle) -> None:
         if self.env:
@@ -168,6 +189,7 @@ class Runner:
         try:
             handle = self.pool.fresh(spec) if case.fresh_process else self.pool.get(spec)
             self._collect_env(handle)
+            self._check_platform(item.platform, handle)
             t0 = time.perf_counter()
             reply = handle.request(
                 {"op": "attempt", "case": case_to_json(case), "job": job}, timeout=case.timeout_s
@@ -356,12 +378,15 @@ class Runner:
             reason = (
                 f"{err.type}: {err.message.splitlines()[0] if err.message else ''}" if err else None
             )
+        why_simulated = self.simulated.get(item.platform)
+        if why_simulated and attempts:
+            reason = why_simulated if reason is None else f"{reason}; {why_simulated}"
         result = CaseResult(
             id=item.case.id,
             kind=item.case.kind,
             platform=item.platform,
             status=status,
-            simulated=item.simulated,
+            simulated=item.simulated or (bool(why_simulated) and bool(attempts)),
             source=item.case.source,
             reason=reason,
             checks=checks,

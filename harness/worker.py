@@ -7,8 +7,9 @@ threads to a dump file on a fatal signal and on SIGUSR1, which the manager sends
 a worker whose attempt ran past its timeout.
 
 Requests: ``{"op": "attempt", "case": {...}, "job": {...}}``, ``{"op": "env", "code_root": ...}``,
-``{"op": "exit"}``. Answers: ``{"op": "ready"}``, ``{"op": "result", "attempt": {...}}``,
-``{"op": "env", "env": {...}}``.
+``{"op": "platform", "platform": ...}``, ``{"op": "exit"}``. Answers: ``{"op": "ready"}``,
+``{"op": "result", "attempt": {...}}``, ``{"op": "env", "env": {...}}``,
+``{"op": "platform", "available": bool, "detail": str}``.
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ def _handle(msg: dict[str, Any]) -> dict[str, Any]:
 
         case = case_from_json(msg["case"])
         return {"op": "result", "attempt": run_attempt(msg["job"], case).to_json()}
+    if op == "platform":
+        from harness.platforms import check
+
+        available, detail = check(str(msg["platform"]))
+        return {"op": "platform", "available": available, "detail": detail}
     if op == "env":
         from harness.envinfo import collect_env
 

@@ -19,7 +19,12 @@ pytestmark = pytest.mark.slow
 
 
 def run_suite(
-    project: Path, *, budget: float | None = None, retries: int = 1, keyword: str | None = None
+    project: Path,
+    *,
+    budget: float | None = None,
+    retries: int = 1,
+    keyword: str | None = None,
+    platforms: tuple[str, ...] = ("cpu",),
 ) -> tuple[RunReport, Runner]:
     suite = load_suite([project / "cases"])
     assert not suite.errors, suite.errors
@@ -32,7 +37,7 @@ def run_suite(
             cwd=str(project),
         )
     )
-    runner.run_plan(build_plan(suite.cases, ["cpu"], keyword))
+    runner.run_plan(build_plan(suite.cases, list(platforms), keyword))
     return runner.finish(), runner
 
 
@@ -243,3 +248,22 @@ def test_out_of_memory_is_retried(project: Path) -> None:
     case = by_id(report)["oom-once"]
     assert [a.status for a in case.attempts] == ["error", "passed"]
     assert case.status == "flaky"
+
+
+def test_platform_absent_here_is_labelled_simulated(project: Path) -> None:
+    write_cases(
+        project,
+        "any.toml",
+        """
+        id = "ok"
+        kind = "loader"
+        target = "tmod:ok"
+    """,
+    )
+    report, _ = run_suite(project, platforms=("cpu", "cuda"))
+    results = {c.platform: c for c in report.cases}
+    assert results["cpu"].simulated is False and results["cpu"].reason is None
+    cuda = results["cuda"]
+    assert cuda.status == "passed"
+    assert cuda.simulated is True  # no CUDA on this machine: never reported as a real CUDA pass
+    assert "simulated: cuda is not available here" in (cuda.reason or "")
