@@ -73,6 +73,7 @@ def resolve_target(spec: str) -> Any:
 
 def _run_command(case: Case, result_file: Path, timeout_s: float) -> None:
     """Run a ``command`` case; a non-zero exit fails it. It may write JSON to the result file."""
+    result_file.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, HARNESS_RESULT_FILE=str(result_file))
     proc = subprocess.run(
         list(case.command or ()),

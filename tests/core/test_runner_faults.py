@@ -267,3 +267,29 @@ def test_platform_absent_here_is_labelled_simulated(project: Path) -> None:
     assert cuda.status == "passed"
     assert cuda.simulated is True  # no CUDA on this machine: never reported as a real CUDA pass
     assert "simulated: cuda is not available here" in (cuda.reason or "")
+
+
+def test_command_cases_run_as_subprocesses(project: Path) -> None:
+    write_cases(
+        project,
+        "cmd.toml",
+        """
+        [[case]]
+        id = "cmd-ok"
+        kind = "import"
+        command = ["python", "-c", "import json, os; json.dump({'notes': {'pid': os.getpid()}}, open(os.environ['HARNESS_RESULT_FILE'], 'w'))"]
+
+        [[case]]
+        id = "cmd-fails"
+        kind = "import"
+        command = ["python", "-c", "import sys; print('boom'); sys.exit(4)"]
+    """,
+    )
+    report, _ = run_suite(project)
+    cases = by_id(report)
+    ok = cases["cmd-ok"]
+    assert ok.status == "passed"
+    assert ok.attempts[0].notes["pid"] != ok.attempts[0].worker_pid
+    bad = cases["cmd-fails"]
+    assert bad.status == "failed"
+    assert "exited 4" in bad.attempts[0].error.message and "boom" in bad.attempts[0].error.message
