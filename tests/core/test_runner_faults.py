@@ -277,7 +277,11 @@ def test_command_cases_run_as_subprocesses(project: Path) -> None:
         [[case]]
         id = "cmd-ok"
         kind = "import"
-        command = ["python", "-c", "import json, os; json.dump({'notes': {'pid': os.getpid()}}, open(os.environ['HARNESS_RESULT_FILE'], 'w'))"]
+        command = ["python", "-c", """
+import json, os
+with open(os.environ['HARNESS_RESULT_FILE'], 'w') as f:
+    json.dump({'notes': {'pid': os.getpid()}}, f)
+"""]
 
         [[case]]
         id = "cmd-fails"
