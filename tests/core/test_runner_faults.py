@@ -270,6 +270,11 @@ def test_platform_absent_here_is_labelled_simulated(project: Path) -> None:
 
 
 def test_command_cases_run_as_subprocesses(project: Path) -> None:
+    (project / "code" / "writer.py").write_text(
+        "import json, os\n"
+        "with open(os.environ['HARNESS_RESULT_FILE'], 'w') as f:\n"
+        "    json.dump({'notes': {'pid': os.getpid()}}, f)\n"
+    )
     write_cases(
         project,
         "cmd.toml",
@@ -277,11 +282,7 @@ def test_command_cases_run_as_subprocesses(project: Path) -> None:
         [[case]]
         id = "cmd-ok"
         kind = "import"
-        command = ["python", "-c", """
-import json, os
-with open(os.environ['HARNESS_RESULT_FILE'], 'w') as f:
-    json.dump({'notes': {'pid': os.getpid()}}, f)
-"""]
+        command = ["python", "code/writer.py"]
 
         [[case]]
         id = "cmd-fails"
@@ -292,7 +293,7 @@ with open(os.environ['HARNESS_RESULT_FILE'], 'w') as f:
     report, _ = run_suite(project)
     cases = by_id(report)
     ok = cases["cmd-ok"]
-    assert ok.status == "passed"
+    assert ok.status == "passed", ok.reason
     assert ok.attempts[0].notes["pid"] != ok.attempts[0].worker_pid
     bad = cases["cmd-fails"]
     assert bad.status == "failed"
