@@ -9,13 +9,13 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
 from harness.cases import LoadResult, load_suite
 from harness.errors import HarnessError, UsageError
+from harness.progress import ProgressDisplay
 
 RUN_EXAMPLE = """\
 examples:
@@ -23,15 +23,6 @@ examples:
   harness run cases/pipeline -k "int8 and not ref" --repeats 3
   harness run --runner h100 --budget 1500 --out reports/
 """
-
-
-def _progress_printer() -> tuple[float, object]:
-    start = time.monotonic()
-
-    def say(line: str) -> None:
-        print(f"[{time.monotonic() - start:7.1f}s] {line}", file=sys.stderr, flush=True)
-
-    return start, say
 
 
 def _common_suite_args(p: argparse.ArgumentParser) -> None:
@@ -188,7 +179,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
     items = build_plan(suite.cases, _platforms(args, profile.platform), args.keyword)
     code_roots = args.code_roots or (["targets/tinyav"] if Path("targets/tinyav").is_dir() else [])
-    _, say = _progress_printer()
+    display = ProgressDisplay(len(items), live=False if args.quiet else None)
     runner = Runner(
         RunOptions(
             profile=profile,
@@ -201,7 +192,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             budget_s=args.budget,
             argv=tuple(sys.argv),
             cwd=str(Path.cwd()),
-            progress=None if args.quiet else say,  # type: ignore[arg-type]
+            progress=None if args.quiet else display.line,
+            item_progress=None if args.quiet else display.item,
         )
     )
     print(f"run {runner.run_id}: {len(items)} item(s) -> {runner.run_dir}", file=sys.stderr)
@@ -218,7 +210,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        runner.run_plan(items)
+        with display:
+            runner.run_plan(items)
     finally:
         for s, h in old.items():
             signal.signal(s, h)

@@ -30,6 +30,7 @@ from harness.profile import Profile, RetryPolicy
 from harness.retry import Budget, should_retry
 
 Progress = Callable[[str], None]
+ItemProgress = Callable[[int, int, str], None]
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class RunOptions:
     preimport: tuple[str, ...] | None = None
     write_latest: bool = True
     progress: Progress | None = None
+    item_progress: ItemProgress | None = None
 
 
 def new_run_id() -> str:
@@ -404,7 +406,8 @@ class Runner:
         out = []
         try:
             for i, item in enumerate(items, 1):
-                self._say(f"[{i}/{len(items)}] {item.name}")
+                if self.options.item_progress is not None:
+                    self.options.item_progress(i, len(items), item.name)
                 out.append(self.run_item(item))
         except KeyboardInterrupt:
             self.interrupted = True

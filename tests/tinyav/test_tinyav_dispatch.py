@@ -43,7 +43,9 @@ def test_fused_gate_refuses_non_cuda_tensors() -> None:
         dispatch.fused_residual_gate(x, x, x)
 
 
-def test_hip_tensors_are_not_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hip_tensors_are_not_cuda_with_simulated_rocm_build(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # A ROCm build reports device.type == "cuda"; torch.version.hip tells them apart.
     class FakeDevice:
         type = "cuda"
