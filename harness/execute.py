@@ -102,6 +102,7 @@ def run_attempt(job: Mapping[str, Any], case: Case) -> Attempt:
     started = dt.datetime.now(dt.UTC).isoformat()
     seed_everything(seed)
     rec = probe._begin(seed, platform, output_dir)
+    cwd = os.getcwd()  # a target that chdirs must not move the attempts after it
     status = "passed"
     error: ErrorInfo | None = None
     t0 = time.perf_counter()
@@ -121,6 +122,7 @@ def run_attempt(job: Mapping[str, Any], case: Case) -> Attempt:
     finally:
         duration = time.perf_counter() - t0
         probe._end()
+        os.chdir(cwd)
     checks = evaluate_attempt_checks(
         case,
         platform_chain=tuple(job.get("platform_chain", (platform, "any"))),
