@@ -380,6 +380,14 @@ class Runner:
             reason = (
                 f"{err.type}: {err.message.splitlines()[0] if err.message else ''}" if err else None
             )
+        elif reason is None and status == "flaky":
+            failed = [a for a in attempts if a.status in FAILING]
+            first = failed[0].error if failed and failed[0].error else None
+            reason = f"passed only after {len(failed)} failed attempt(s)" + (
+                f"; first: {first.type}: {first.message.splitlines()[0] if first.message else ''}"
+                if first
+                else ""
+            )
         why_simulated = self.simulated.get(item.platform)
         if why_simulated and attempts:
             reason = why_simulated if reason is None else f"{reason}; {why_simulated}"

@@ -142,6 +142,7 @@ def test_infrastructure_error_then_pass_is_flaky_not_passed(project: Path) -> No
     assert case.status == "flaky"
     assert [a.status for a in case.attempts] == ["error", "passed"]
     assert case.attempts[0].error.type == "HTTPError"
+    assert "passed only after 1 failed attempt(s); first: HTTPError" in (case.reason or "")
     assert exit_code(report, runner.infra_errors) == 7
 
 
