@@ -8,8 +8,11 @@
      |    +-- CaseFileError    a case file: names the file, key, value and expected type
      |    +-- ProfileError     a runner profile in runners/
      |    +-- ReportFormatError  a report.json / comparison.json we cannot read
+     |    +-- UnknownMetricError  a metric name not in the registry
+     +-- MetricNotRun          a metric that could not run (no CLIP model): never a pass
      +-- MediaError            a video/audio/image file that cannot be decoded
      +-- ReferenceStoreError   the reference store: missing, tampered or refused
+     |    +-- BlessRefusedError  bless would not pin an output (harness.bless)
      +-- InfrastructureError   the harness itself could not run work          (exit 3)
           +-- WorkerError      a worker process misbehaved (protocol, start-up)
 
@@ -52,6 +55,24 @@ class ProfileError(InputError):
 
 class ReportFormatError(InputError):
     """A report or comparison document has the wrong shape or an unsupported format version."""
+
+
+class UnknownMetricError(InputError):
+    """A metric name that is not in the registry; the message lists the known names."""
+
+
+class MetricNotRun(HarnessError):
+    """A metric could not be computed for a reason outside the outputs (e.g. no CLIP model).
+
+    A check that catches this records the metric as *not run* with :attr:`reason`; it never
+    counts as a pass.
+    """
+
+    exit_code = 2
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class MediaError(HarnessError):

@@ -30,12 +30,11 @@ Example::
 
 from __future__ import annotations
 
+from harness.errors import MetricNotRun, UnknownMetricError
 from harness.metrics._base import (
     Metric,
-    MetricNotRun,
     MetricResult,
     Reduce,
-    UnknownMetricError,
     aggregate,
 )
 from harness.metrics.audio import (

@@ -13,27 +13,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from harness.errors import HarnessError, InputError
-
 Reduce = Literal["worst", "mean"]
-
-
-class MetricNotRun(HarnessError):
-    """A metric could not be computed for a reason outside the outputs (e.g. no CLIP model).
-
-    A check that catches this records the metric as *not run* with :attr:`reason`; it never
-    counts as a pass.
-    """
-
-    exit_code = 2
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class UnknownMetricError(InputError):
-    """A metric name that is not in the registry; the message lists the known names."""
 
 
 @dataclass(frozen=True)

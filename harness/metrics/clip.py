@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from harness.errors import InputError
-from harness.metrics._base import Metric, MetricNotRun, MetricResult, Reduce, as_frames
+from harness.errors import InputError, MetricNotRun
+from harness.metrics._base import Metric, MetricResult, Reduce, as_frames
 
 if TYPE_CHECKING:
     import torch
