@@ -113,6 +113,14 @@ class Runner:
             platform=platform, code_roots=self.options.code_roots, cwd=self.options.cwd, **kw
         )
 
+    def _chain(self, platform: str) -> list[str]:
+        """Where thresholds and references are looked up: runner class (when this run's
+        runner is of that platform), then the platform, then ``any``."""
+        from harness.references import platform_chain
+
+        prof = self.options.profile
+        return platform_chain(platform, prof.name if prof.platform == platform else None)
+
     def _record(self, attempt: Attempt) -> None:
         """Append one finished attempt to the write-ahead log, and flush it."""
         self._jsonl.write(
@@ -163,9 +171,7 @@ class Runner:
         job = {
             "seed": case.seed,
             "platform": item.platform,
-            "platform_chain": [self.options.profile.name, item.platform, "any"]
-            if self.options.profile.name != item.platform
-            else [item.platform, "any"],
+            "platform_chain": self._chain(item.platform),
             "index": index,
             "repeat": repeat,
             "retry": retry,

@@ -100,7 +100,8 @@ def test_plan_lists_items_without_running(project: Path) -> None:
     assert not (project / "reports").exists()
 
 
-def test_sigint_writes_a_valid_partial_report(project: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_writes_a_valid_partial_report(project: Path, signum: signal.Signals) -> None:
     write_cases(
         project,
         "slow.toml",
@@ -126,7 +127,7 @@ def test_sigint_writes_a_valid_partial_report(project: Path) -> None:
     else:
         proc.kill()
         pytest.fail("no attempt finished within 60 s")
-    os.kill(proc.pid, signal.SIGINT)
+    os.kill(proc.pid, signum)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 3, err  # interrupted: never a clean exit
     doc = json.loads((project / "reports" / "int" / "report.json").read_text())
