@@ -123,12 +123,13 @@ def test_xdist_keeps_cases_batched_per_worker(suite: pytest.Pytester) -> None:
     result = run(suite, "-n", "2")
     result.assert_outcomes(passed=3, failed=1, skipped=1, warnings=1)
     docs = reports(suite)
-    assert len(docs) == 2  # one harness run per xdist worker
+    assert 1 <= len(docs) <= 2  # one harness run per xdist worker that got a batch
+    for kind in ("loader", "pipeline"):
+        holders = [d for d in docs if any(c["kind"] == kind for c in d["cases"])]
+        assert len(holders) == 1, f"batch {kind} split across xdist workers"
     for doc in docs:
-        kinds = {c["kind"] for c in doc["cases"]}
-        assert len(kinds) == 1  # a whole batch (one kind) per xdist worker
         pids = {a["worker_pid"] for c in doc["cases"] for a in c["attempts"]}
-        assert len(pids) <= 1
+        assert len(pids) <= 1  # inside an xdist worker, one harness worker ran the batch
 
 
 def test_bad_case_file_is_one_failing_item(suite: pytest.Pytester) -> None:
