@@ -57,7 +57,7 @@ def oom_once(marker):
 
 
 def bad():
-    assert 1 == 2, "one is not two"
+    assert len("one") == 2, "one is not two"
 
 
 def http_once(marker):
