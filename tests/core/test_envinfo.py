@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -84,16 +83,10 @@ def test_collect_env_has_every_field(env: dict[str, Any]) -> None:
     }
 
 
-def test_collect_env_is_fast_and_json_ready(repo: Path) -> None:
+def test_collect_env_is_json_ready(repo: Path) -> None:
     import json
 
-    import torch  # noqa: F401  (measure collect_env, not the first torch import)
-
-    t0 = time.perf_counter()
     env = collect_env(repo)
-    elapsed = time.perf_counter() - t0
-    # The target is ~1.5 s with torch already imported; the slack absorbs a loaded CI box.
-    assert elapsed < 3.0, elapsed
     json.dumps(env, allow_nan=False)
 
 
@@ -223,8 +216,6 @@ def test_driver_query_times_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     _fake_tool(tmp_path / "bin", "rocm-smi", "exec sleep 5")
     monkeypatch.setenv("PATH", str(tmp_path / "bin") + os.pathsep + "/usr/bin:/bin")
     monkeypatch.setattr(envinfo, "_DRIVER_TIMEOUT_S", 0.3)
-    t0 = time.perf_counter()
-    drv = envinfo._driver()
-    assert time.perf_counter() - t0 < 3
+    drv = envinfo._driver()  # the fake tool sleeps 5 s: only the timeout can end this early
     assert drv is not None and drv["tool"] == "rocm-smi" and drv["output"] is None
     assert "timed out" in drv["reason"]

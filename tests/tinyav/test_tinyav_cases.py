@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +81,6 @@ def test_fresh_process_cases_pass() -> None:
             "getattr(importlib.import_module(m), f)(**params)\n"
             "print(json.dumps(rec.notes))\n"
         )
-        start = time.perf_counter()
         proc = subprocess.run(
             [sys.executable, "-c", code],
             capture_output=True,
@@ -93,4 +91,3 @@ def test_fresh_process_cases_pass() -> None:
         )
         assert proc.returncode == 0, f"{case.id}: {proc.stderr[-2000:]}"
         _note_checks(case, json.loads(proc.stdout.strip().splitlines()[-1]))
-        assert time.perf_counter() - start < 30
