@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -266,6 +266,9 @@ class ReferenceStore:
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root)
         self._manifest: Manifest | None = None
+        # Decoded files, verified once per store: several checks of one attempt compare the
+        # same reference, and re-hashing and re-decoding every PNG per check was pure waste.
+        self._decoded: dict[str, Any] = {}
 
     @property
     def manifest(self) -> Manifest:
@@ -319,6 +322,16 @@ class ReferenceStore:
             )
         return path
 
+    def _read(self, f: ReferenceFile, decode: Callable[[Path], Any]) -> Any:
+        """``decode`` of the verified file, computed once per store; arrays come back
+        read-only so one check cannot change what the next one compares with."""
+        if f.path not in self._decoded:
+            value = decode(self.verified_path(f))
+            if isinstance(value, np.ndarray):
+                value.setflags(write=False)
+            self._decoded[f.path] = value
+        return self._decoded[f.path]
+
     def load_video(self, entry: ReferenceEntry, frames: Sequence[int] | None = None) -> np.ndarray:
         """Frames of a ``video`` entry as uint8 [T, H, W, 3] (an ``image`` entry: [H, W, 3]).
 
@@ -345,8 +358,8 @@ class ReferenceStore:
         frame_shape = tuple(entry.shape[1:] if entry.kind == "video" else entry.shape)
         arrays = []
         for i in wanted:
-            path = self.verified_path(by_index[i])
-            a = np.asarray(media.read_png(path))
+            path = self.root / by_index[i].path
+            a = np.asarray(self._read(by_index[i], media.read_png))
             if a.shape != frame_shape or a.dtype != np.uint8:
                 raise ReferenceStoreError(
                     f"reference file {path} decodes to {a.dtype} {list(a.shape)}, "
@@ -365,7 +378,7 @@ class ReferenceStore:
         if entry.kind != "audio":
             raise ReferenceStoreError(f"reference {entry.key} is {entry.kind}, not audio")
         (f,) = self._single(entry)
-        audio = media.read_wav(self.verified_path(f))
+        audio = self._read(f, media.read_wav)
         pcm = np.asarray(audio.pcm, dtype=np.float32)
         if pcm.size != int(np.prod(entry.shape)):
             raise ReferenceStoreError(
@@ -379,11 +392,14 @@ class ReferenceStore:
         from safetensors.numpy import load_file
 
         (f,) = self._single(entry)
-        path = self.verified_path(f)
-        try:
-            return load_file(str(path))["data"]
-        except Exception as exc:  # safetensors raises its own error types
-            raise ReferenceStoreError(f"reference file {path} cannot be loaded: {exc}") from exc
+
+        def read(path: Path) -> np.ndarray:
+            try:
+                return load_file(str(path))["data"]
+            except Exception as exc:  # safetensors raises its own error types
+                raise ReferenceStoreError(f"reference file {path} cannot be loaded: {exc}") from exc
+
+        return np.asarray(self._read(f, read))
 
     def load(self, entry: ReferenceEntry) -> np.ndarray:
         """The reference array, whatever its kind (audio: PCM without the sample rate)."""

@@ -158,3 +158,26 @@ def test_load_selected_frames_verifies_only_those(make_run: MakeRun, store_root:
         store.load_video(entry, [2])
     with pytest.raises(ReferenceStoreError, match="has 4 frames, no frame 9"):
         store.load_video(entry, [9])
+
+
+def test_each_file_is_verified_and_decoded_once_per_store(
+    make_run: MakeRun, store_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import harness.references as references
+
+    _bless_all(make_run, store_root)
+    hashed: list[Path] = []
+    real = references.file_sha256
+    monkeypatch.setattr(references, "file_sha256", lambda p: hashed.append(p) or real(p))
+    store = ReferenceStore(store_root)
+    entry = store.lookup("t2va", "video", ["any"])
+    first = store.load_video(entry)
+    second = store.load_video(entry, [0, 1])  # e.g. a second check on the same attempt
+    assert len(hashed) == len(entry.files)  # not once per check
+    np.testing.assert_array_equal(second, first[[0, 1]])
+    cached = store._read(entry.files[0], lambda p: None)  # served from the cache
+    with pytest.raises(ValueError):  # read-only: a check cannot alter the next one's reference
+        cached[0, 0, 0] = 1
+    # A fresh store (the next attempt) verifies again.
+    ReferenceStore(store_root).load_video(entry)
+    assert len(hashed) == 2 * len(entry.files)
