@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import math
 import operator
+import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from harness.cases import Case, CheckSpec
-from harness.model import Attempt, CheckResult
+from harness.model import Attempt, CheckResult, stage_samples
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     ">=": operator.ge,
@@ -193,13 +194,7 @@ def budget_checks(
     case_id: str, budget: Mapping[str, float], attempts: Sequence[Attempt]
 ) -> list[CheckResult]:
     """Median seconds per stage over measured passing attempts, against the budget."""
-    samples: dict[str, list[float]] = {}
-    for a in attempts:
-        if a.warmup or a.status != "passed":
-            continue
-        for stage, secs in a.stages.items():
-            samples.setdefault(stage, []).append(secs)
-        samples.setdefault("total", []).append(a.duration_s)
+    samples = stage_samples(attempts)
     out = []
     for stage, limit in budget.items():
         vals = sorted(samples.get(stage, []))
@@ -219,7 +214,7 @@ def budget_checks(
             )
             continue
         n = len(vals)
-        median = vals[n // 2] if n % 2 else (vals[n // 2 - 1] + vals[n // 2]) / 2
+        median = statistics.median(vals)
         out.append(
             CheckResult(
                 f"budget({stage})",

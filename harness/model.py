@@ -7,7 +7,8 @@ the JSON Schema in ``harness/schema/report.schema.json`` describes the same shap
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import statistics
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
@@ -214,13 +215,7 @@ class CaseResult:
 
     def stage_medians(self) -> dict[str, float]:
         """Median seconds per stage over the measured (non-warmup) passing attempts."""
-        samples: dict[str, list[float]] = {}
-        for a in self.attempts:
-            if a.warmup or a.status != "passed":
-                continue
-            for stage, secs in a.stages.items():
-                samples.setdefault(stage, []).append(secs)
-        return {k: _median(v) for k, v in samples.items()}
+        return {k: statistics.median(v) for k, v in stage_samples(self.attempts).items()}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -308,8 +303,14 @@ class RunReport:
         )
 
 
-def _median(xs: list[float]) -> float:
-    s = sorted(xs)
-    n = len(s)
-    mid = n // 2
-    return s[mid] if n % 2 else (s[mid - 1] + s[mid]) / 2
+def stage_samples(attempts: Iterable[Attempt]) -> dict[str, list[float]]:
+    """Seconds per stage, in stage order, over the measured (non-warmup) passing attempts;
+    ``total`` holds each such attempt's whole duration."""
+    samples: dict[str, list[float]] = {}
+    for a in attempts:
+        if a.warmup or a.status != "passed":
+            continue
+        for stage, secs in a.stages.items():
+            samples.setdefault(stage, []).append(secs)
+        samples.setdefault("total", []).append(a.duration_s)
+    return samples

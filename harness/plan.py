@@ -19,7 +19,6 @@ class PlanItem:
 
     case: Case
     platform: str
-    simulated: bool = False
     skip_reason: str | None = None
 
     @property

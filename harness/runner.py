@@ -402,7 +402,7 @@ class Runner:
             kind=item.case.kind,
             platform=item.platform,
             status=status,
-            simulated=item.simulated or (bool(why_simulated) and bool(attempts)),
+            simulated=bool(why_simulated) and bool(attempts),
             source=item.case.source,
             reason=reason,
             checks=checks,
