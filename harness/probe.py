@@ -180,19 +180,18 @@ def _as_numpy(x: Any) -> Any:
     return np.asarray(x)
 
 
-def _raw_bytes(x: Any) -> tuple[bytes, str, tuple[int, ...]]:
-    """Exact bytes, dtype name and shape of a tensor or array (bf16/fp8 kept bit-exact)."""
+def _raw_bytes(x: Any) -> tuple[Any, str, tuple[int, ...]]:
+    """A zero-copy uint8 view of a tensor's or array's bytes (bf16/fp8 kept bit-exact), its
+    dtype name and shape."""
     import numpy as np
 
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(x, torch.Tensor):
         t = x.detach().cpu().contiguous()
-        dtype = str(t.dtype).removeprefix("torch.")
-        shape = tuple(t.shape)
-        raw = t.reshape(-1).view(torch.uint8).numpy().tobytes()
-        return raw, dtype, shape
+        raw = t.reshape(-1).view(torch.uint8).numpy()
+        return raw, str(t.dtype).removeprefix("torch."), tuple(t.shape)
     a = np.ascontiguousarray(np.asarray(x))
-    return a.tobytes(), str(a.dtype), tuple(a.shape)
+    return a.reshape(-1).view(np.uint8), str(a.dtype), tuple(a.shape)
 
 
 def content_hash(x: Any) -> str:
@@ -200,18 +199,14 @@ def content_hash(x: Any) -> str:
     raw, dtype, shape = _raw_bytes(x)
     h = _hasher()
     h.update(f"{dtype}{list(shape)}".encode())
-    h.update(raw)
+    h.update(memoryview(raw))
     return _hash_prefix() + h.hexdigest()
 
 
-def describe(x: Any) -> dict[str, Any]:
-    """Fingerprint of a tensor or array: hash, dtype, shape, non-finite count, min, max, mean."""
+def _describe(x: Any) -> tuple[dict[str, Any], Any]:
+    """The fingerprint of ``x`` and the numpy array it was computed on (for reuse)."""
     import numpy as np
 
-    raw, dtype, shape = _raw_bytes(x)
-    h = _hasher()
-    h.update(f"{dtype}{list(shape)}".encode())
-    h.update(raw)
     a = _as_numpy(x)
     nonfinite = 0
     lo = hi = mean = None
@@ -224,9 +219,10 @@ def describe(x: Any) -> dict[str, Any]:
             vals = a
         if vals.size and a.dtype.kind in "biuf":
             lo, hi = float(vals.min()), float(vals.max())
-            mean = float(vals.astype(np.float64).mean())
-    return {
-        "hash": _hash_prefix() + h.hexdigest(),
+            mean = float(vals.mean(dtype=np.float64))
+    _, dtype, shape = _raw_bytes(x)
+    info = {
+        "hash": content_hash(x),
         "dtype": dtype,
         "shape": list(shape),
         "nonfinite": nonfinite,
@@ -234,6 +230,12 @@ def describe(x: Any) -> dict[str, Any]:
         "max": hi,
         "mean": mean,
     }
+    return info, a
+
+
+def describe(x: Any) -> dict[str, Any]:
+    """Fingerprint of a tensor or array: hash, dtype, shape, non-finite count, min, max, mean."""
+    return _describe(x)[0]
 
 
 def _decode_media(path: Path) -> list[Any]:
@@ -352,7 +354,7 @@ def output(name: str, array_or_path: Any, **meta: Any) -> None:
             entry["path"] = str(src)
         rec.outputs[name] = entry
         return
-    info = describe(array_or_path)
+    info, array = _describe(array_or_path)
     entry = {
         "kind": str(meta.get("kind", "tensor")),
         "hash": info["hash"],
@@ -363,7 +365,6 @@ def output(name: str, array_or_path: Any, **meta: Any) -> None:
         "max": info["max"],
         "meta": clean_meta,
     }
-    array = _as_numpy(array_or_path)
     rec.output_arrays[name] = array
     if rec.output_dir is not None:
         from safetensors.numpy import save_file
