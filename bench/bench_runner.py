@@ -89,8 +89,8 @@ def run_harness_cli(root: Path) -> float:
 def harness_overhead(root: Path) -> tuple[float, float, float, int]:
     """In-process run: wall, one worker start, per-attempt overhead (s), attempts."""
     from harness.cases import load_suite
-    from harness.plan import build_plan
-    from harness.runner import Runner, RunOptions
+    from harness.cases.plan import build_plan
+    from harness.execution.run import Runner, RunOptions
 
     suite = load_suite([root / "cases"])
     runner = Runner(
@@ -110,7 +110,7 @@ def harness_overhead(root: Path) -> tuple[float, float, float, int]:
     work = sum(a.duration_s for a in attempts)
     # One worker start and one environment probe per run are the fixed cost; the rest of the
     # wall time beyond the cases' own work is the per-attempt overhead.
-    startup = runner.pool.start_seconds + runner.env_seconds
+    startup = runner.pool.start_seconds + runner.executor.env_seconds
     return wall, startup, (wall - startup - work) / len(attempts), len(attempts)
 
 

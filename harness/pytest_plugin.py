@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from harness.cases.plan import PlanItem
+    from harness.execution.run import Runner
     from harness.model import CaseResult
-    from harness.plan import PlanItem
-    from harness.runner import Runner
 
 _PKG_DIR = Path(__file__).resolve().parent
 _STATE_KEY = pytest.StashKey["_BatchState"]()
@@ -111,9 +111,8 @@ class CaseSuite(pytest.Directory):
     """The harness package folder, collected as the project's case suite."""
 
     def collect(self) -> Iterator[pytest.Item]:
-        from harness.cases import load_suite
-        from harness.plan import build_plan
-        from harness.profile import resolve_profile
+        from harness.cases import build_plan, load_suite
+        from harness.platforms.profile import resolve_profile
 
         config = self.config
         cases_dir = _opt_path(config, "harness_cases", "cases")
@@ -210,7 +209,7 @@ class CaseItem(pytest.Item):
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, CaseFailed):
-            from harness.explain import explain_case
+            from harness.report.text import explain_case
 
             return explain_case(excinfo.value.result)
         return str(super().repr_failure(excinfo))
@@ -229,8 +228,8 @@ class _BatchState:
         self.flaky: list[str] = []
 
     def _make_runner(self) -> Runner:
-        from harness.profile import resolve_profile
-        from harness.runner import Runner, RunOptions, new_run_id
+        from harness.execution.run import Runner, RunOptions, new_run_id
+        from harness.platforms.profile import resolve_profile
 
         config = self.config
         root = _root(config)
@@ -276,7 +275,10 @@ class _BatchState:
     def finish(self) -> Path | None:
         if self.runner is None:
             return None
-        self.runner.finish()
+        from harness.report.io import write_run
+
+        report = self.runner.finish()
+        write_run(report, self.runner.run_dir, latest=self.runner.options.write_latest)
         return self.runner.run_dir
 
 

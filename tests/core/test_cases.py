@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.cases import case_from_json, case_to_json, load_file, load_suite
+from harness.cases import load_file, load_suite
 from harness.errors import CaseFileError
+from harness.model import case_from_json, case_to_json
 
 GOOD = """
 [[case]]

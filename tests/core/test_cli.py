@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from corecases import write_cases
 
-from harness.schema_check import validate_report
+from harness.report.schema import validate_report
 
 pytestmark = pytest.mark.slow
 
@@ -50,8 +50,9 @@ def test_bad_case_file_is_reported_and_the_rest_runs(project: Path) -> None:
     validate_report(doc)
     statuses = {c["id"]: c["status"] for c in doc["cases"]}
     assert statuses["ok"] == "passed"
-    bad = next(c for c in doc["cases"] if c["kind"] == "casefile")
-    assert bad["status"] == "error" and "unknown key 'repeat'" in bad["reason"]
+    assert all(c["kind"] != "casefile" for c in doc["cases"])
+    (bad,) = doc["load_errors"]
+    assert bad["path"].endswith("bad.toml") and "unknown key 'repeat'" in bad["message"]
     assert (project / "reports" / "latest").resolve() == (project / "reports" / "r1").resolve()
     junit = (project / "reports" / "r1" / "junit.xml").read_text()
     assert "loader/ok[cpu]" in junit

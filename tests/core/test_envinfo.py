@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from harness import envinfo
-from harness.envinfo import ENV_KEYS, collect_env, env_digest, git_state
+from harness.worker import envinfo
+from harness.worker.envinfo import ENV_KEYS, collect_env, env_digest, git_state
 
 _CI_VARS = (
     "CI",

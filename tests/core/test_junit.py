@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.junit import write_junit, xml_safe
 from harness.model import Attempt, CaseResult, CheckResult, ErrorInfo, RunReport
+from harness.report.junit import write_junit, xml_safe
 
 _TB = 'Traceback (most recent call last):\n  File "tinyav/x.py", line 3\nRuntimeError: boom'
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.progress import ProgressDisplay
+from harness.cli.progress import ProgressDisplay
 
 
 def test_plain_lines_for_logs(capsys: pytest.CaptureFixture[str]) -> None:

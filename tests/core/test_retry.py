@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from harness.execute import make_error
+from harness.execution.retry import Budget, retry_class, should_retry
 from harness.model import Attempt, ErrorInfo
-from harness.profile import RetryPolicy
-from harness.retry import Budget, retry_class, should_retry
+from harness.platforms.profile import RetryPolicy
 
 POLICY = RetryPolicy(retries=2, retry_on=("infra", "oom", "timeout"), patterns=(r"NCCL timeout",))
 
 
 def attempt(status: str, etype: str = "", message: str = "", duration: float = 1.0) -> Attempt:
-    err = make_error(etype, message) if etype else None
+    err = ErrorInfo.make(etype, message) if etype else None
     return Attempt(
         case_id="c",
         platform="cpu",

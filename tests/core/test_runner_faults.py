@@ -9,11 +9,12 @@ import pytest
 from corecases import write_cases
 
 from harness.cases import load_suite
-from harness.model import RunReport
-from harness.plan import build_plan
-from harness.profile import Profile, RetryPolicy
-from harness.runner import Runner, RunOptions, exit_code
-from harness.schema_check import validate_report
+from harness.cases.plan import build_plan
+from harness.execution.run import Runner, RunOptions
+from harness.model import RunReport, exit_code
+from harness.platforms.profile import Profile, RetryPolicy
+from harness.report.io import write_run
+from harness.report.schema import validate_report
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +39,9 @@ def run_suite(
         )
     )
     runner.run_plan(build_plan(suite.cases, list(platforms), keyword))
-    return runner.finish(), runner
+    report = runner.finish()
+    write_run(report, runner.run_dir)
+    return report, runner
 
 
 def by_id(report: RunReport) -> dict[str, object]:
@@ -116,7 +119,7 @@ def test_faults_are_recorded_and_the_run_goes_on(project: Path) -> None:
     assert ok.attempts[0].fingerprints["a"]["shape"] == [4, 4]
     assert ok.attempts[0].inputs["x"].startswith(("blake3:", "sha256:"))
 
-    assert exit_code(report, runner.infra_errors) == 1
+    assert exit_code(report) == 1
     run_dir = runner.run_dir
     lines = (run_dir / "attempts.jsonl").read_text().splitlines()
     assert len(lines) == 6  # every attempt streamed to the write-ahead log
@@ -137,13 +140,13 @@ def test_infrastructure_error_then_pass_is_flaky_not_passed(project: Path) -> No
         retries = 2
     """,
     )
-    report, runner = run_suite(project)
+    report, _runner = run_suite(project)
     case = by_id(report)["http-once"]
     assert case.status == "flaky"
     assert [a.status for a in case.attempts] == ["error", "passed"]
     assert case.attempts[0].error.type == "HTTPError"
     assert "passed only after 1 failed attempt(s); first: HTTPError" in (case.reason or "")
-    assert exit_code(report, runner.infra_errors) == 7
+    assert exit_code(report) == 7
 
 
 def test_failed_assertion_is_never_retried(project: Path) -> None:

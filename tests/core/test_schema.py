@@ -10,10 +10,10 @@ from typing import Any
 import jsonschema
 import pytest
 
-from harness.envinfo import ENV_KEYS, collect_env
 from harness.errors import ReportFormatError
 from harness.model import STATUSES, Attempt, CaseResult, CheckResult, ErrorInfo, RunReport
-from harness.schema_check import load_report_schema, validate_report
+from harness.report.schema import load_report_schema, validate_report
+from harness.worker.envinfo import ENV_KEYS, collect_env
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from refs_helpers import MakeRun, Output, audio, video
 
-from harness.bless import BlessRefusedError, bless
 from harness.errors import InputError, ReferenceStoreError
 from harness.model import CheckResult, ErrorInfo
-from harness.references import MANIFEST_NAME, ReferenceStore
+from harness.references.bless import BlessRefusedError, bless
+from harness.references.store import MANIFEST_NAME, ReferenceStore
 
 
 def _files(root: Path) -> list[Path]:

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from refs_helpers import MakeRun, video
 
-from harness import cli_refs
-from harness.references import ReferenceStore
+from harness.cli import refs as cli_refs
+from harness.references.store import ReferenceStore
 
 
 def _run(argv: list[str]) -> int:

@@ -11,12 +11,11 @@ import pytest
 from refs_helpers import MakeRun, audio, video
 from safetensors.numpy import save_file
 
-from harness.bless import bless
-from harness.cases import Case, CheckSpec
-from harness.explain import explain_check as format_table
-from harness.model import CheckResult
-from harness.quality import CLIP_NOT_CONFIGURED, compare, evaluate
-from harness.references import ReferenceStore
+from harness.checks.quality import CLIP_NOT_CONFIGURED, compare, evaluate
+from harness.model import Case, CheckResult, CheckSpec
+from harness.references.bless import bless
+from harness.references.store import ReferenceStore
+from harness.report.text import explain_check as format_table
 
 CASE = Case(
     id="t2va", kind="pipeline", source="cases/pipeline/t2va.toml", target="m:f", frames="all"

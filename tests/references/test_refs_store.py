@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from refs_helpers import ENV, MakeRun, audio, video
 
-from harness.bless import bless
 from harness.errors import ReferenceStoreError
-from harness.references import MANIFEST_NAME, ReferenceStore, file_sha256, platform_chain
+from harness.references.bless import bless
+from harness.references.store import MANIFEST_NAME, ReferenceStore, file_sha256, platform_chain
 
 
 def _bless_all(make_run: MakeRun, store_root: Path, **kw: object) -> Path:
@@ -163,7 +163,7 @@ def test_load_selected_frames_verifies_only_those(make_run: MakeRun, store_root:
 def test_each_file_is_verified_and_decoded_once_per_store(
     make_run: MakeRun, store_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import harness.references as references
+    import harness.references.store as references
 
     _bless_all(make_run, store_root)
     hashed: list[Path] = []

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from harness import probe
-from harness.cases import Case, load_file
+from harness.cases import load_file
+from harness.model import Case
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = ROOT / "targets" / "tinyav"

@@ -1,0 +1,257 @@
+"""Quality checks: an output against its pinned reference, one verdict that explains itself.
+
+:func:`evaluate` runs one declared check (``ssim``, ``psnr``, ``mae``, ``max_abs``, ``clip``,
+``audio_snr``, ``audio_mad``, ``audio_lsd``) of one attempt: it looks the reference up along the
+platform fallback chain, selects the frames (``spec.frames`` or the case's ``frames``), computes
+the metric per frame, and applies the threshold to the worst frame (or the mean with
+``reduce = "mean"``). The :class:`~harness.model.CheckResult` keeps one ``details`` row per
+frame and the metric's settings, so :func:`harness.report.text.explain_check` can print why a
+check failed::
+
+    ssim(video): FAILED, obtained 0.8123 (worst of 3 frames), required >= 0.98
+    reference: t2va-int8/any/video
+    settings: data_range=255.0, sigma=1.5, window=gaussian, window_size=11, ...
+      metric  frame  obtained  op  threshold  passed
+      ssim        0    0.9991  >=       0.98  yes
+      ssim       62    0.8123  >=       0.98  NO
+
+Nothing passes by default: a missing store, reference, output or file fails the check with a
+reason; only CLIP without a configured model is *not run* (``passed=None``), and says so.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness import media, metrics
+from harness.errors import HarnessError
+from harness.metrics import MetricResult, Reduce
+from harness.model import Case, CheckResult, CheckSpec, compare, fmt_number
+from harness.references.store import ReferenceEntry, ReferenceStore
+
+__all__ = ["AUDIO_METRICS", "CLIP_ENV", "QUALITY_METRICS", "compare", "evaluate"]
+
+# Every registered metric compares an output with its reference.
+QUALITY_METRICS: frozenset[str] = frozenset(metrics.names())
+AUDIO_METRICS: frozenset[str] = frozenset({"audio_snr", "audio_mad", "audio_lsd"})
+CLIP_ENV = "HARNESS_CLIP_MODEL"
+CLIP_NOT_CONFIGURED = f"no CLIP model configured (set {CLIP_ENV})"
+_VIDEO_KINDS = ("video", "image")
+
+
+class _CheckFailed(Exception):
+    """Internal: the check cannot be computed and fails with this reason."""
+
+
+def evaluate(
+    spec: CheckSpec,
+    case: Case,
+    platform_chain: Sequence[str],
+    outputs: Mapping[str, Mapping[str, Any]],
+    arrays: Mapping[str, np.ndarray],
+    store: ReferenceStore | None,
+) -> CheckResult:
+    """Run one quality check of one attempt against the pinned reference.
+
+    ``outputs`` are the attempt's recorded outputs (``kind``, ``path``, ``meta``...), ``arrays``
+    the in-memory arrays of those outputs (a file-only output is decoded from its ``path``).
+    """
+    threshold = spec.threshold_for(platform_chain)
+
+    def result(
+        passed: bool | None,
+        reason: str | None,
+        value: Any = None,
+        output: str | None = spec.output,
+        settings: Mapping[str, Any] | None = None,
+        details: tuple[Mapping[str, Any], ...] = (),
+    ) -> CheckResult:
+        return CheckResult(
+            name=spec.name or spec.metric,
+            metric=spec.metric,
+            value=value,
+            op=spec.op,
+            threshold=threshold,
+            policy="warn" if spec.policy == "warn" else "fail",
+            passed=passed,
+            output=output,
+            reason=reason,
+            settings=dict(settings or {}),
+            details=details,
+        )
+
+    if spec.metric not in QUALITY_METRICS:
+        return result(
+            False, f"'{spec.metric}' is not a quality metric ({', '.join(sorted(QUALITY_METRICS))})"
+        )
+    if spec.metric == "clip" and not (os.environ.get(CLIP_ENV) or spec.settings.get("model_path")):
+        return result(None, CLIP_NOT_CONFIGURED)
+    try:
+        name = _output_name(spec, outputs, arrays)
+    except _CheckFailed as exc:
+        return result(False, str(exc))
+    if store is None:
+        return result(
+            False,
+            f"no reference store configured, so output '{name}' has no reference to compare "
+            "with (pass --references DIR)",
+            output=name,
+        )
+    reference_id = case.reference or case.id
+    try:
+        entry = store.lookup(reference_id, name, platform_chain)
+        obtained = _obtained(name, spec.metric, outputs, arrays)
+    except (HarnessError, _CheckFailed) as exc:
+        return result(False, str(exc), output=name)
+    where = {"reference": entry.key, "reference_blessed": entry.blessed.when}
+    if tuple(obtained.shape) != tuple(entry.shape):
+        return result(
+            False,
+            f"output '{name}' has shape {list(obtained.shape)} but reference {entry.key} has "
+            f"shape {list(entry.shape)}",
+            output=name,
+            settings=where,
+        )
+    try:
+        frames = _frames(spec, case, obtained)
+        reference = _load_reference(store, entry, frames)
+        metric = _compute(spec, obtained[frames] if frames else obtained, reference)
+    except (HarnessError, _CheckFailed) as exc:
+        return result(False, str(exc), output=name, settings=where)
+    if metric.status == "not_run":
+        return result(
+            None,
+            f"not run: {metric.skipped_reason or 'the metric could not run'}",
+            output=name,
+            settings={**metric.settings, **where},
+        )
+    value = metric.value
+    per = list(metric.per_frame) if metric.per_frame is not None else [value]
+    labels: list[Any] = list(frames) if frames and len(per) == len(frames) else ["all"] * len(per)
+    details = tuple(
+        {
+            "frame": label,
+            "obtained": v,
+            "threshold": threshold,
+            "passed": compare(v, spec.op, threshold),
+        }
+        for label, v in zip(labels, per, strict=True)
+    )
+    passed = compare(value, spec.op, threshold)
+    unit = {"unit": metric.unit} if metric.unit else {}
+    settings = {**metric.settings, **unit, "frames": list(frames) or "all", **where}
+    reason = None
+    if not passed:
+        how = "mean" if spec.reduce == "mean" else "worst"
+        failing = [str(r["frame"]) for r in details if not r["passed"]]
+        reason = (
+            f"{spec.metric} of '{name}' is {fmt_number(value)} ({how} of {len(per)}), "
+            f"required {spec.op} {fmt_number(threshold)}"
+            + (f"; failing frames: {', '.join(failing)}" if failing and labels[0] != "all" else "")
+        )
+    return result(passed, reason, value, name, settings, details)
+
+
+# --- inputs -----------------------------------------------------------------------------------
+
+
+def _is_audio(metric: str) -> bool:
+    return metric in AUDIO_METRICS
+
+
+def _output_name(
+    spec: CheckSpec, outputs: Mapping[str, Mapping[str, Any]], arrays: Mapping[str, Any]
+) -> str:
+    if spec.output is not None:
+        if spec.output not in outputs and spec.output not in arrays:
+            have = sorted({*outputs, *arrays})
+            raise _CheckFailed(
+                f"the attempt recorded no output '{spec.output}' "
+                f"(recorded: {', '.join(have) or 'none'})"
+            )
+        return spec.output
+    want = ("audio",) if _is_audio(spec.metric) else _VIDEO_KINDS
+    names = sorted(n for n, info in outputs.items() if info.get("kind") in want)
+    if len(names) == 1:
+        return names[0]
+    raise _CheckFailed(
+        f"the check names no output and the attempt has {len(names)} {'/'.join(want)} "
+        f'outputs ({", ".join(names) or "none"}); set output = "..." in the check'
+    )
+
+
+def _obtained(
+    name: str, metric: str, outputs: Mapping[str, Mapping[str, Any]], arrays: Mapping[str, Any]
+) -> np.ndarray:
+    if name in arrays:
+        return np.asarray(arrays[name])
+    raw = outputs.get(name, {}).get("path")
+    if not raw:
+        raise _CheckFailed(f"output '{name}' has neither an in-memory array nor a file")
+    path = Path(str(raw))
+    if path.suffix == ".safetensors":
+        from safetensors.numpy import load_file
+
+        try:
+            return np.asarray(load_file(str(path))["data"])
+        except Exception as exc:  # safetensors raises its own error types
+            raise _CheckFailed(f"output '{name}': cannot load {path}: {exc}") from exc
+    if _is_audio(metric):
+        return media.decode_audio(path).pcm
+    return media.decode_video(path).frames
+
+
+def _load_reference(store: ReferenceStore, entry: ReferenceEntry, frames: list[int]) -> np.ndarray:
+    if entry.kind == "audio":
+        return store.load_audio(entry)[0]
+    if entry.kind == "video" and frames:
+        return store.load_video(entry, frames)  # only the compared frames are read
+    return store.load(entry)
+
+
+def _frames(spec: CheckSpec, case: Case, obtained: np.ndarray) -> list[int]:
+    """The compared frame indices; none (compare whole) for audio, tensors and images."""
+    if _is_audio(spec.metric) or obtained.dtype != np.uint8 or obtained.ndim != 4:
+        return []
+    frames_spec = spec.frames if spec.frames is not None else case.frames
+    try:
+        return media.select_frames(int(obtained.shape[0]), frames_spec)
+    except ValueError as exc:
+        raise _CheckFailed(f"frames {frames_spec!r}: {exc}") from exc
+
+
+def _compute(spec: CheckSpec, obtained: np.ndarray, reference: np.ndarray) -> Any:
+    try:
+        cls = metrics.get(spec.metric)
+    except HarnessError as exc:
+        raise _CheckFailed(str(exc)) from exc
+    try:
+        reduce: Reduce = "mean" if spec.reduce == "mean" else "worst"
+        m = cls(reduce=reduce, **dict(spec.settings))
+    except TypeError as exc:
+        raise _CheckFailed(
+            f"{spec.metric} settings {dict(spec.settings)} are not accepted: {exc}"
+        ) from exc
+    not_run = getattr(metrics, "MetricNotRun", None)
+    try:
+        m.update(obtained, reference)
+        return m.compute()
+    except Exception as exc:  # a check records why it could not compute; it never escapes
+        if not_run is not None and isinstance(exc, not_run):
+            return MetricResult(
+                name=spec.metric,
+                value=None,
+                unit="",
+                higher_is_better=True,
+                settings=dict(getattr(m, "settings", {})),
+                status="not_run",
+                skipped_reason=str(getattr(exc, "reason", exc)),
+            )
+        raise _CheckFailed(
+            f"{spec.metric} could not be computed: {type(exc).__name__}: {exc}"
+        ) from exc

@@ -1,0 +1,64 @@
+"""The ``harness`` command line: one module per command, each with ``add_parser`` and ``main``.
+
+Exit codes: 0 all passed; 1 a check or case failed, or a regression or new failure was found;
+2 usage or input error; 3 infrastructure error or an incomplete run; 5 nothing ran;
+7 only flaky results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from harness.cli import plan, refs, report, run
+from harness.errors import HarnessError
+
+EXAMPLES = """\
+examples:
+  harness run                                  # every case in cases/ on this runner's platform
+  harness run cases/pipeline -k "int8 and not ref" --repeats 3
+  harness plan cases/ -k loader
+  harness refs verify
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line and exit 2, like every other input error."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="harness",
+        description="CI regression and platform validation harness for diffusion and "
+        "video-generation inference stacks.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for module in (run, plan, report):
+        module.add_parser(sub)
+    refs.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        if args.command == "refs":
+            return int(refs.main_refs(args))
+        return int(args.func(args))
+    except HarnessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

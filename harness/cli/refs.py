@@ -1,0 +1,184 @@
+"""``harness refs bless|verify``: the command-line face of the reference store.
+
+Exit codes: 0 ok; 1 ``verify`` found problems; 2 bad input, or ``bless`` refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.errors import HarnessError
+
+__all__ = ["add_parser", "main_refs"]
+
+REFS_EXAMPLE = """\
+examples:
+  harness refs verify
+  harness refs bless --run reports/20260101-120000 --case t2va-int8 --reason "new VAE tiling"
+"""
+
+BLESS_EXAMPLE = """\
+Pins the outputs of the last passing measured attempt of each case (or of --case) as the
+references of that case (with no passing attempt: the last one that failed only its quality
+checks, as every attempt does before the first bless): video frames as PNG, audio as float32
+WAV, tensors as safetensors; file outputs such as MP4 are not stored.
+Refuses NaN/Inf outputs, blank frames and silent audio; refuses an output that drifts from the
+reference it replaces (worst-frame mean abs diff > 8, SSIM < 0.9, audio SNR < 20 dB, shape
+change) unless --force. Nothing else ever writes the reference store.
+
+examples:
+  harness refs bless --run reports/20260101-120000 --case t2va-int8 \\
+      --reason "scheduler change #123 shifts frames slightly"
+  harness refs bless --run reports/latest --platform-class mi300x --force \\
+      --reason "ROCm 6.3 conv kernels: pinned per runner"
+"""
+
+VERIFY_EXAMPLE = """\
+Checks every file in the manifest exists and matches its SHA-256, and lists files on disk that
+the manifest does not know. Exit 1 when anything is wrong.
+
+example:
+  harness refs verify --references references/
+"""
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``refs`` (with ``bless`` and ``verify``) to the main CLI's subparsers."""
+    raw = argparse.RawDescriptionHelpFormatter
+    refs = subparsers.add_parser(
+        "refs",
+        help="bless or verify pinned reference outputs",
+        description="Manage the reference store (references/): bless is its only writer.",
+        epilog=REFS_EXAMPLE,
+        formatter_class=raw,
+    )
+    sub = refs.add_subparsers(dest="refs_command", metavar="SUBCOMMAND")
+
+    bless = sub.add_parser(
+        "bless",
+        help="pin a run's outputs as references",
+        description="Pin a run's outputs as references.",
+        epilog=BLESS_EXAMPLE,
+        formatter_class=raw,
+    )
+    bless.add_argument(
+        "--run",
+        required=True,
+        type=Path,
+        metavar="DIR",
+        help="run folder holding report.json and the outputs",
+    )
+    bless.add_argument("--case", metavar="ID", help="bless only this case (default: every case)")
+    bless.add_argument(
+        "--force",
+        action="store_true",
+        help="replace a reference even when the output drifts beyond the bounds",
+    )
+    bless.add_argument(
+        "--reason",
+        metavar="TEXT",
+        help="why these outputs are right (required; recorded in the manifest)",
+    )
+    bless.add_argument(
+        "--who", metavar="NAME", help="who blesses (default: $USER, else git config user.name)"
+    )
+    bless.add_argument(
+        "--platform-class",
+        default="any",
+        metavar="NAME",
+        help="pin for this platform class only, e.g. mi300x or hip (default: any)",
+    )
+    bless.add_argument(
+        "--platform",
+        metavar="NAME",
+        help="which platform's result to take when the run has several",
+    )
+    _references_arg(bless)
+
+    verify = sub.add_parser(
+        "verify",
+        help="check every reference file against the manifest",
+        description="Check the reference store against its manifest.",
+        epilog=VERIFY_EXAMPLE,
+        formatter_class=raw,
+    )
+    _references_arg(verify)
+    refs.set_defaults(refs_parser=refs)
+    return refs
+
+
+def _references_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--references",
+        type=Path,
+        default=Path("references"),
+        metavar="DIR",
+        help="the reference store (default: references/)",
+    )
+
+
+def main_refs(args: argparse.Namespace) -> int:
+    """Run ``harness refs ...``; returns the exit code (0 ok, 1 verify problems, 2 refused/bad)."""
+    command = getattr(args, "refs_command", None)
+    try:
+        if command == "bless":
+            return _bless(args)
+        if command == "verify":
+            return _verify(args)
+    except HarnessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    parser = getattr(args, "refs_parser", None)
+    if parser is not None:
+        parser.print_help(sys.stderr)
+    else:
+        print("error: say `harness refs bless` or `harness refs verify`", file=sys.stderr)
+    return 2
+
+
+def _bless(args: argparse.Namespace) -> int:
+    from harness.references.bless import BlessRefusedError, bless
+
+    if not args.reason:
+        print("error: bless needs --reason TEXT (recorded in the manifest)", file=sys.stderr)
+        return 2
+    print(f"blessing {args.run} into {args.references} ...", file=sys.stderr, flush=True)
+    try:
+        summary = bless(
+            args.run,
+            args.references,
+            case_id=args.case,
+            force=args.force,
+            reason=args.reason,
+            who=args.who,
+            platform_class=args.platform_class,
+            platform=args.platform,
+        )
+    except BlessRefusedError as exc:
+        print(exc.summary.format())
+        return 2
+    print(summary.format())
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from harness.references.store import ReferenceStore
+
+    store = ReferenceStore(args.references)
+    problems = store.verify()
+    for line in problems:
+        print(line)
+    try:
+        n = len(store.entries)
+        files = sum(len(e.files) for e in store.entries.values())
+        counts = f"{n} entries, {files} files"
+    except HarnessError:
+        counts = "manifest unreadable"
+    if problems:
+        print(f"{len(problems)} problem(s) in {args.references} ({counts})")
+        return 1
+    print(f"ok: {args.references} ({counts} verified)")
+    return 0

@@ -1,0 +1,137 @@
+"""Attempts -> one case result. Pure: the same attempts give the same result, whatever ran
+before, so a linear run and an interleaved comparison aggregate alike."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from harness.cases import PlanItem
+from harness.checks import evaluate_case_checks
+from harness.model import (
+    FAILING,
+    SEVERITY,
+    Attempt,
+    CaseResult,
+    CheckResult,
+    Side,
+    Status,
+)
+
+
+def final_attempts(attempts: Sequence[Attempt]) -> list[Attempt]:
+    """The last real attempt of each warm-up/measured run (retries replace their predecessor)."""
+    finals: dict[tuple[bool, int, int], Attempt] = {}
+    for a in attempts:
+        if a.status == "budget_declined":
+            continue
+        finals[(a.warmup, a.round, a.repeat)] = a
+    return list(finals.values())
+
+
+def worst(attempts: Sequence[Attempt]) -> Status:
+    statuses = {a.status for a in attempts}
+    for s in SEVERITY:
+        if s in statuses:
+            return s
+    return "error"
+
+
+def first_line(text: str) -> str:
+    lines = text.splitlines()
+    return lines[0] if lines else ""
+
+
+def _reason(status: Status, attempts: Sequence[Attempt]) -> str | None:
+    if status == "flaky":
+        failed = [a for a in attempts if a.status in FAILING]
+        first = failed[0].error if failed and failed[0].error else None
+        return f"passed only after {len(failed)} failed attempt(s)" + (
+            f"; first: {first.type}: {first_line(first.message)}" if first else ""
+        )
+    if status in ("passed",):
+        return None
+    err = next((a.error for a in reversed(attempts) if a.error is not None), None)
+    return f"{err.type}: {first_line(err.message)}" if err else None
+
+
+def aggregate(
+    item: PlanItem,
+    attempts: Sequence[Attempt],
+    *,
+    planned_runs: int,
+    budget: Mapping[str, float],
+    interrupted: bool = False,
+    simulated: str | None = None,
+    repeats: int | None = None,
+    side: Side = "head",
+) -> CaseResult:
+    """The verdict on one case for one side from all of its attempts.
+
+    ``planned_runs`` is how many warm-up + measured runs the schedule meant to make;
+    ``simulated`` is why the platform was simulated (None when it was real).
+    """
+    attempts = tuple(attempts)
+    case = item.case
+    finals = final_attempts(attempts)
+    all_passed = bool(finals) and all(a.status == "passed" for a in finals)
+    if any(a.status == "budget_declined" for a in attempts):
+        status: Status = worst(finals)
+    elif all_passed and len(finals) == planned_runs:
+        status = "flaky" if any(a.status in FAILING for a in attempts) else "passed"
+    elif interrupted and (all_passed or not finals):
+        return skipped(
+            item,
+            "not finished: run interrupted" if attempts else "not run: run interrupted",
+            attempts,
+            side=side,
+        )
+    else:
+        status = worst(finals)
+    case_checks: list[CheckResult] = evaluate_case_checks(case, attempts, budget)
+    last_checks = next(
+        (a.checks for a in reversed(attempts) if not a.warmup and a.status != "budget_declined"),
+        (),
+    )
+    if status in ("passed", "flaky") and any(c.blocking for c in case_checks):
+        status = "failed"
+    reason = _reason(status, attempts)
+    if status == "failed" and reason is None:
+        blocking = [c for c in case_checks if c.blocking]
+        reason = "; ".join(f"{c.name}: {c.reason or c.value}" for c in blocking) or None
+    if simulated and attempts:
+        reason = simulated if reason is None else f"{reason}; {simulated}"
+    return CaseResult(
+        id=case.id,
+        kind=case.kind,
+        platform=item.platform,
+        status=status,
+        simulated=bool(simulated) and bool(attempts),
+        source=case.source,
+        reason=reason,
+        checks=(*last_checks, *case_checks),
+        attempts=attempts,
+        seed=case.seed,
+        repeats=repeats or case.repeats,
+        reference=case.reference or case.id,
+        side=side,
+    )
+
+
+def skipped(
+    item: PlanItem, reason: str, attempts: Sequence[Attempt] = (), *, side: Side = "head"
+) -> CaseResult:
+    """A case that did not run (or did not finish), with why."""
+    case = item.case
+    return CaseResult(
+        id=case.id,
+        kind=case.kind,
+        platform=item.platform,
+        status="skipped",
+        source=case.source,
+        reason=reason,
+        attempts=tuple(attempts),
+        seed=case.seed,
+        repeats=case.repeats,
+        reference=case.reference or case.id,
+        side=side,
+    )

@@ -1,0 +1,278 @@
+"""The executor: one attempt of one case for one side, through that side's worker.
+
+It owns the manager side of the process boundary: which worker serves a side and platform,
+the environment and platform probes of each side (collected once, after the side's first
+attempt, so a fresh interpreter starts bare), and the translation of a hang, a crash or a
+protocol violation into the record of the attempt it happened in.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from harness.cases import PlanItem
+from harness.errors import WorkerError
+from harness.execution.pool import (
+    ProtocolViolation,
+    WorkerCrashed,
+    WorkerHandle,
+    WorkerPool,
+    WorkerSpec,
+    WorkerTimeout,
+)
+from harness.fsio import slug
+from harness.model import Attempt, ErrorInfo, Side
+from harness.platforms.profile import Profile
+from harness.references.store import platform_chain
+from harness.worker import protocol as p
+
+
+@dataclass(frozen=True)
+class SideSpec:
+    """How one side's code is run: its import roots, interpreter and working directory."""
+
+    name: Side = "head"
+    code_roots: tuple[str, ...] = ()
+    python: str = sys.executable
+    cwd: str | None = None
+    rev: str | None = None  # the revision this side's code roots hold, when known
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat()
+
+
+class Executor:
+    """Runs attempts for (side, plan item); one instance per run or comparison."""
+
+    def __init__(
+        self,
+        *,
+        run_dir: Path,
+        profile: Profile,
+        sides: Mapping[Side, SideSpec],
+        references_root: str | None = None,
+        preimport: tuple[str, ...] | None = None,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
+        self.run_dir = run_dir
+        self.profile = profile
+        self.sides = dict(sides)
+        self.references_root = references_root
+        self.preimport = preimport
+        self.say = say or (lambda _line: None)
+        self.pool = WorkerPool(run_dir / "workers")
+        self.env: dict[str, dict[str, Any]] = {}
+        self.env_seconds = 0.0
+        # (side, platform) -> None when the platform is really there, else why it is simulated
+        self.simulated: dict[tuple[str, str], str | None] = {}
+        self.infra_errors: list[str] = []
+
+    # -- workers -------------------------------------------------------------------------------
+
+    def spec(self, side: Side, platform: str) -> WorkerSpec:
+        s = self.sides[side]
+        kw: dict[str, Any] = {}
+        if self.preimport is not None:
+            kw["preimport"] = self.preimport
+        threads = self.profile.threads
+        if threads is not None:
+            n = str(threads)
+            kw["extra_env"] = (
+                ("OMP_NUM_THREADS", n),
+                ("MKL_NUM_THREADS", n),
+                ("HARNESS_THREADS", n),
+            )
+        return WorkerSpec(
+            platform=platform,
+            code_roots=s.code_roots,
+            python=s.python,
+            cwd=s.cwd,
+            side=side,
+            **kw,
+        )
+
+    def chain(self, platform: str) -> tuple[str, ...]:
+        """Where thresholds and references are looked up: runner class (when this run's
+        runner is of that platform), then the platform, then ``any``."""
+        prof = self.profile
+        return tuple(platform_chain(platform, prof.name if prof.platform == platform else None))
+
+    def _probe_side(self, side: Side, platform: str, handle: WorkerHandle) -> None:
+        """Environment (once per side) and platform availability (once per side x platform)."""
+        if side not in self.env:
+            s = self.sides[side]
+            root = s.code_roots[0] if s.code_roots else s.cwd
+            t0 = time.perf_counter()
+            try:
+                reply = handle.request(p.EnvRequest(handle.next_nonce(), root), timeout=120)
+                if isinstance(reply, p.EnvReply):
+                    env = dict(reply.env)
+                else:
+                    env = {"error": getattr(reply, "message", repr(reply))}
+                env["worker_threads"] = self.profile.threads
+            except (WorkerTimeout, WorkerCrashed, ProtocolViolation) as exc:
+                env = {"error": f"environment probe failed: {exc}"}
+            self.env[side] = env
+            self.env_seconds += time.perf_counter() - t0
+        key = (side, platform)
+        if key in self.simulated:
+            return
+        try:
+            reply = handle.request(p.PlatformRequest(handle.next_nonce(), platform), timeout=60)
+            ok = isinstance(reply, p.PlatformReply) and reply.available
+            detail = getattr(reply, "detail", getattr(reply, "message", ""))
+        except (WorkerTimeout, WorkerCrashed, ProtocolViolation) as exc:
+            ok, detail = False, f"platform probe failed: {exc}"
+        self.simulated[key] = (
+            None
+            if ok
+            else (
+                f"simulated: {platform} is not available here ({detail}); the case ran on this "
+                "machine's CPU with the platform's code paths selected"
+            )
+        )
+        if not ok:
+            self.say(f"platform {platform}: {self.simulated[key]}")
+
+    # -- one attempt ---------------------------------------------------------------------------
+
+    def attempt(
+        self,
+        side: Side,
+        item: PlanItem,
+        *,
+        index: int,
+        repeat: int,
+        retry: int,
+        warmup: bool,
+        round: int = 0,
+    ) -> Attempt:
+        """One attempt, recorded whatever happens to the worker."""
+        case = item.case
+        sub = f"{side}-r{round}-a{index}" if side != "head" or round else f"a{index}"
+        out_dir = self.run_dir / "outputs" / slug(item.name) / sub
+        job = p.AttemptJob(
+            case=case,
+            platform=item.platform,
+            platform_chain=self.chain(item.platform),
+            index=index,
+            seed=case.seed,
+            repeat=repeat,
+            retry=retry,
+            warmup=warmup,
+            side=side,
+            round=round,
+            output_dir=str(out_dir),
+            references_root=self.references_root,
+        )
+        base = Attempt(
+            case_id=case.id,
+            platform=item.platform,
+            index=index,
+            status="error",
+            seed=case.seed,
+            warmup=warmup,
+            retry=retry,
+            repeat=repeat,
+            started_at=_now(),
+            fresh_process=case.fresh_process,
+            side=side,
+            round=round,
+        )
+        spec = self.spec(side, item.platform)
+        t0 = time.perf_counter()
+        handle: WorkerHandle | None = None
+        try:
+            handle = self.pool.fresh(spec) if case.fresh_process else self.pool.get(spec)
+            t0 = time.perf_counter()
+            reply = handle.request(
+                p.AttemptRequest(handle.next_nonce(), job),
+                timeout=case.timeout_s,
+                case_id=case.id,
+                index=index,
+            )
+        except WorkerTimeout as exc:
+            self._drop(spec, handle, fresh=case.fresh_process)
+            return replace(
+                base,
+                status="timeout",
+                duration_s=time.perf_counter() - t0,
+                worker_pid=handle.pid if handle else None,
+                error=ErrorInfo(
+                    "Timeout",
+                    f"attempt exceeded timeout_s = {case.timeout_s:g} s; worker stacks "
+                    f"captured, worker killed; log: {handle.log_path if handle else '-'}",
+                    "Timeout",
+                    exc.stacks,
+                ),
+            )
+        except WorkerCrashed as exc:
+            self._drop(spec, handle, fresh=case.fresh_process)
+            log = f"; log: {handle.log_path}" if handle else ""
+            return replace(
+                base,
+                status="crashed",
+                duration_s=time.perf_counter() - t0,
+                worker_pid=handle.pid if handle else None,
+                error=ErrorInfo(
+                    "WorkerCrashed", exc.how + log, f"WorkerCrashed:{exc.how}", exc.stacks
+                ),
+            )
+        except (WorkerError, ProtocolViolation) as exc:
+            self._drop(spec, handle, fresh=case.fresh_process)
+            self.infra_errors.append(f"{item.name} attempt {index}: {exc}")
+            return replace(
+                base,
+                duration_s=time.perf_counter() - t0,
+                error=ErrorInfo.make("HarnessInternalError", f"{type(exc).__name__}: {exc}"),
+            )
+        duration = time.perf_counter() - t0
+        if isinstance(reply, p.AttemptReply):
+            self._probe_side(side, item.platform, handle)
+            if case.fresh_process:
+                handle.close()
+            elif reply.replace_worker:
+                self.pool.discard(spec)
+            return self._localize(Attempt.from_json(reply.attempt))
+        # The worker caught a bug of the harness itself: an infrastructure error of this run,
+        # recorded against this attempt, never a failure (or a pass) of the code under test.
+        msg = getattr(reply, "message", repr(reply))
+        self.infra_errors.append(f"{item.name} attempt {index}: {msg}")
+        self._drop(spec, handle, fresh=case.fresh_process)
+        return replace(
+            base,
+            duration_s=duration,
+            error=ErrorInfo(
+                "HarnessInternalError", msg, "HarnessInternalError", getattr(reply, "traceback", "")
+            ),
+        )
+
+    def _localize(self, attempt: Attempt) -> Attempt:
+        """Output paths relative to the run folder; check values copied into ``metrics``."""
+        outputs = {
+            name: {**info, "path": os.path.relpath(info["path"], self.run_dir)}
+            if info.get("path")
+            else dict(info)
+            for name, info in attempt.outputs.items()
+        }
+        metrics = {c.name: c.value for c in attempt.checks if c.value is not None}
+        return replace(attempt, outputs=outputs, metrics={**attempt.metrics, **metrics})
+
+    def _drop(self, spec: WorkerSpec, handle: WorkerHandle | None, *, fresh: bool) -> None:
+        if handle is None:
+            return
+        if fresh:
+            handle.kill()
+        else:
+            self.pool.discard(spec)
+
+    def close(self) -> None:
+        self.pool.close()

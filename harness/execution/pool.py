@@ -1,0 +1,306 @@
+"""Manager side of the workers: start them, send requests, survive their hangs and crashes.
+
+One persistent worker per group (code root x platform) runs attempts back to back; a case with
+``fresh_process = true`` gets a worker of its own for one attempt. A worker that hangs past the
+attempt's timeout is asked for the stacks of all its threads (SIGUSR1 -> faulthandler), then
+killed with its whole process group; a worker that dies is reported with its signal or exit
+code. Either way the handle is dropped and the next attempt starts a new worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import IO
+
+from harness.errors import WorkerError
+from harness.worker import protocol as p
+
+# Importing torch in the worker before the first attempt keeps its one-off import cost out of
+# the first attempt's duration and lets the worker seed torch before every attempt.
+DEFAULT_PREIMPORT: tuple[str, ...] = ("numpy", "torch")
+STARTUP_TIMEOUT_S = 120.0
+
+
+class WorkerTimeout(Exception):
+    """The worker did not answer in time; ``stacks`` holds its threads' stacks."""
+
+    def __init__(self, seconds: float, stacks: str) -> None:
+        super().__init__(f"no answer after {seconds:.1f} s")
+        self.seconds = seconds
+        self.stacks = stacks
+
+
+class WorkerCrashed(Exception):
+    """The worker process died; ``how`` says by which signal or exit code."""
+
+    def __init__(self, how: str, returncode: int | None, stacks: str) -> None:
+        super().__init__(how)
+        self.how = how
+        self.returncode = returncode
+        self.stacks = stacks
+
+
+def describe_exit(returncode: int | None) -> str:
+    if returncode is None:
+        return "worker vanished"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"worker killed by {name}"
+    return f"worker exited with code {returncode}"
+
+
+class ProtocolViolation(Exception):
+    """The worker's answer did not answer the request (wrong nonce, pid, case or attempt)."""
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """How to start a worker: the side it serves, where that side's code lives, the platform.
+
+    A fresh-process worker (``fresh=True``) imports nothing before its one attempt, so a
+    cold-import case sees a bare interpreter.
+    """
+
+    platform: str
+    code_roots: tuple[str, ...] = ()
+    python: str = sys.executable
+    preimport: tuple[str, ...] = DEFAULT_PREIMPORT
+    cwd: str | None = None
+    extra_env: tuple[tuple[str, str], ...] = ()
+    side: str = "head"
+    fresh: bool = False
+
+    @property
+    def group(self) -> str:
+        return f"{self.side}:{self.platform}@{':'.join(self.code_roots) or '.'}"
+
+
+class WorkerHandle:
+    """One live worker process and the pipes to it."""
+
+    def __init__(self, spec: WorkerSpec, log_dir: Path, serial: int) -> None:
+        self.spec = spec
+        log_dir.mkdir(parents=True, exist_ok=True)
+        stem = f"{spec.side}-{spec.platform}-{serial:03d}"
+        self.log_path = log_dir / f"{stem}.log"
+        self.dump_path = log_dir / f"{stem}.stacks"
+        self.dump_path.touch()
+        env = dict(os.environ)
+        paths = [*spec.code_roots, env.get("PYTHONPATH", "")]
+        env["PYTHONPATH"] = os.pathsep.join(x for x in paths if x)
+        env["HARNESS_PLATFORM"] = spec.platform
+        env["HARNESS_MANAGER_PID"] = str(os.getpid())
+        env.update(dict(spec.extra_env))
+        argv = [spec.python, "-m", "harness.worker", "--stackdump", str(self.dump_path)]
+        for mod in () if spec.fresh else spec.preimport:
+            argv += ["--preimport", mod]
+        self._log: IO[bytes] = open(self.log_path, "ab")  # noqa: SIM115 - closed in close()
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            env=env,
+            cwd=spec.cwd,
+            start_new_session=True,  # its own process group: killable as a whole, no Ctrl-C
+        )
+        self.pid = self.proc.pid
+        self._buf = b""
+        self.attempts_served = 0
+        try:
+            line = self._read_line(STARTUP_TIMEOUT_S)
+            ready = p.decode_reply(line, nonce=None, pid=self.pid)
+        except p.ProtocolError as exc:
+            self.kill()
+            raise WorkerError(
+                f"worker for {spec.group} sent a bad start-up line ({exc}); log: {self.log_path}"
+            ) from exc
+        except WorkerTimeout as exc:
+            self.kill()
+            raise WorkerError(
+                f"worker for {spec.group} did not start within {STARTUP_TIMEOUT_S:.0f} s; "
+                f"log: {self.log_path}"
+            ) from exc
+        except WorkerCrashed as exc:
+            raise WorkerError(
+                f"worker for {spec.group} died at start-up ({exc.how}); log: {self.log_path}\n"
+                + self._log_tail()
+            ) from exc
+        if not isinstance(ready, p.Ready):
+            self.kill()
+            raise WorkerError(f"worker for {spec.group} sent {ready!r} instead of 'ready'")
+        self._nonce = 0
+
+    def _log_tail(self, n: int = 4000) -> str:
+        try:
+            return self.log_path.read_bytes()[-n:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def _dump_offset(self) -> int:
+        try:
+            return self.dump_path.stat().st_size
+        except OSError:
+            return 0
+
+    def _read_dump(self, offset: int) -> str:
+        try:
+            with self.dump_path.open("rb") as f:
+                f.seek(offset)
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def _read_line(self, timeout: float) -> bytes:
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        offset = self._dump_offset()
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerTimeout(timeout, self._collect_stacks(offset))
+            ready, _, _ = select.select([fd], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                rc = self._wait_exit()
+                raise WorkerCrashed(describe_exit(rc), rc, self._read_dump(offset))
+            self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line
+
+    def _wait_exit(self) -> int | None:
+        try:
+            return self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return self.proc.returncode
+
+    def _collect_stacks(self, offset: int) -> str:
+        """Ask faulthandler for every thread's stack, give it a moment, then read it."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGUSR1)
+            deadline = time.monotonic() + 2.0
+            last = -1
+            while time.monotonic() < deadline:
+                size = self._dump_offset()
+                if size > offset and size == last:
+                    break  # the dump stopped growing
+                last = size
+                time.sleep(0.05)
+        return self._read_dump(offset)
+
+    def next_nonce(self) -> str:
+        self._nonce += 1
+        return f"{self.pid}-{self._nonce}"
+
+    def request(
+        self,
+        msg: p.Request,
+        timeout: float,
+        *,
+        case_id: str | None = None,
+        index: int | None = None,
+    ) -> p.Reply:
+        """Send one request and wait for the answer to it.
+
+        Raises WorkerTimeout or WorkerCrashed, or ProtocolViolation when the line that came
+        back does not answer this request from this worker (the worker is then killed: a
+        worker that said something unexpected is not trusted with the next case).
+        """
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(p.encode(msg).encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            rc = self._wait_exit()
+            raise WorkerCrashed(describe_exit(rc), rc, "") from None
+        line = self._read_line(timeout)
+        try:
+            return p.decode_reply(line, nonce=msg.nonce, pid=self.pid, case_id=case_id, index=index)
+        except p.ProtocolError as exc:
+            self.kill()
+            raise ProtocolViolation(f"worker {self.pid} ({self.spec.group}): {exc}") from None
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """Kill the worker and anything it started (its own process group)."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self.proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):  # SIGKILL is not ignored
+            self.proc.wait(timeout=10)
+        self._close_files()
+
+    def close(self) -> None:
+        """End the worker. Every answer it owed is already read and its log is a plain file, so
+        there is nothing to flush: skip the interpreter's slow teardown (torch takes ~1 s)."""
+        self.kill()
+
+    def _close_files(self) -> None:
+        for f in (self.proc.stdin, self.proc.stdout):
+            if f is not None:
+                with contextlib.suppress(OSError):
+                    f.close()
+        self._log.close()
+
+
+class WorkerPool:
+    """Live workers by group; a broken one is dropped and replaced on next use."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self._workers: dict[WorkerSpec, WorkerHandle] = {}
+        self._serial = 0
+        self.started = 0
+        self.start_seconds = 0.0  # wall time spent starting workers, for overhead accounting
+
+    def _new(self, spec: WorkerSpec) -> WorkerHandle:
+        self._serial += 1
+        self.started += 1
+        t0 = time.perf_counter()
+        try:
+            return WorkerHandle(spec, self.log_dir, self._serial)
+        finally:
+            self.start_seconds += time.perf_counter() - t0
+
+    def get(self, spec: WorkerSpec) -> WorkerHandle:
+        handle = self._workers.get(spec)
+        if handle is None or not handle.alive():
+            if handle is not None:
+                handle.kill()
+            handle = self._new(spec)
+            self._workers[spec] = handle
+        return handle
+
+    def fresh(self, spec: WorkerSpec) -> WorkerHandle:
+        """A bare worker of its own, for one fresh-interpreter attempt; the caller closes it."""
+        return self._new(replace(spec, fresh=True))
+
+    def discard(self, spec: WorkerSpec) -> None:
+        handle = self._workers.pop(spec, None)
+        if handle is not None:
+            handle.kill()
+
+    def close(self) -> None:
+        for handle in self._workers.values():
+            handle.close()
+        self._workers.clear()

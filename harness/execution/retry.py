@@ -1,0 +1,162 @@
+"""Retry policy: which failures earn another attempt, and whether it fits the time left.
+
+Only outcomes that say nothing about the code under test are retried: infrastructure errors
+(a download or HTTP failure, a refused connection), out-of-memory, timeouts. A failed quality
+check or assertion never is: retrying it until it passes is how regressions get in.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from harness.model import Attempt, ErrorInfo
+from harness.platforms.profile import RetryPolicy
+
+INFRA_TYPES = frozenset(
+    {
+        "ConnectionError",
+        "ConnectionResetError",
+        "ConnectionRefusedError",
+        "ConnectionAbortedError",
+        "HTTPError",
+        "URLError",
+        "RemoteDisconnected",
+        "IncompleteRead",
+        "ProtocolError",
+        "ReadTimeout",
+        "ConnectTimeout",
+        "SSLError",
+        "gaierror",
+        "ChunkedEncodingError",
+        "BrokenPipeError",
+        "InfrastructureError",
+    }
+)
+INFRA_PATTERNS: tuple[str, ...] = (
+    r"\bHTTP(?: Error)? ?(?:403|404|408|429|5\d\d)\b",
+    r"\b(?:403|429|502|503|504) (?:Forbidden|Too Many Requests|Bad Gateway|Service Unavailable"
+    r"|Gateway Timeout)\b",
+    r"Connection (?:reset|refused|aborted)",
+    r"Temporary failure in name resolution",
+    r"Read timed out",
+)
+OOM_TYPES = frozenset({"OutOfMemoryError", "MemoryError"})
+OOM_PATTERNS: tuple[str, ...] = (r"out of memory", r"\bOOM\b")
+
+
+def retry_class(attempt: Attempt, policy: RetryPolicy) -> str | None:
+    """The retryable class of a failed attempt (``infra``, ``oom``, ``timeout``, ``crashed``),
+    or None when it must not be retried."""
+    if attempt.status == "timeout":
+        return "timeout"
+    if attempt.status == "crashed":
+        # SIGKILL from outside is the kernel's OOM killer more often than not.
+        if attempt.error is not None and "SIGKILL" in attempt.error.message:
+            return "oom"
+        return "crashed"
+    if attempt.status != "error" or attempt.error is None:
+        return None  # "failed" means an assertion or a check failed: never retried
+    etype, message = attempt.error.type, attempt.error.message
+    if etype in OOM_TYPES or any(re.search(p, message, re.I) for p in OOM_PATTERNS):
+        return "oom"
+    if etype in INFRA_TYPES or any(
+        re.search(p, message) for p in (*INFRA_PATTERNS, *policy.patterns)
+    ):
+        return "infra"
+    return None
+
+
+def should_retry(attempt: Attempt, policy: RetryPolicy) -> str | None:
+    """The class that makes this attempt retryable under ``policy``, or None."""
+    cls = retry_class(attempt, policy)
+    return cls if cls is not None and cls in policy.retry_on else None
+
+
+@dataclass
+class Budget:
+    """The run's wall-clock budget; retries must fit in what is left."""
+
+    total_s: float | None
+    started: float = field(default_factory=time.monotonic)
+
+    def left(self) -> float | None:
+        if self.total_s is None:
+            return None
+        return self.total_s - (time.monotonic() - self.started)
+
+    @staticmethod
+    def estimate(case_attempts: Sequence[Attempt], all_attempts: Sequence[Attempt]) -> float:
+        """Expected seconds for one more attempt: the slowest attempt of this case so far
+        (a retry tends to cost what the failure cost), else the median of the run so far."""
+        own = [a.duration_s for a in case_attempts if a.status != "budget_declined"]
+        if own:
+            return max(own)
+        rest = sorted(a.duration_s for a in all_attempts if a.status != "budget_declined")
+        return rest[len(rest) // 2] if rest else 0.0
+
+    def fits(self, estimate: float) -> tuple[bool, float | None]:
+        left = self.left()
+        return (left is None or estimate <= left), left
+
+
+def declined_attempt(
+    failed: Attempt, cls: str, estimate: float, left: float | None, budget: Budget
+) -> Attempt:
+    """The record of a retry that was not made because it would not fit the run's budget."""
+    return Attempt(
+        case_id=failed.case_id,
+        platform=failed.platform,
+        index=failed.index + 1,
+        status="budget_declined",
+        seed=failed.seed,
+        warmup=failed.warmup,
+        retry=failed.retry + 1,
+        repeat=failed.repeat,
+        started_at=dt.datetime.now(dt.UTC).isoformat(),
+        side=failed.side,
+        round=failed.round,
+        error=ErrorInfo(
+            "BudgetDeclined",
+            f"retry {failed.retry + 1} of a {cls} failure declined: estimated "
+            f"{estimate:.1f} s, {left or 0.0:.1f} s left of the run's "
+            f"{budget.total_s:g} s budget",
+            "BudgetDeclined",
+        ),
+        metrics={"seconds_left": round(left or 0.0, 3), "seconds_estimated": round(estimate, 3)},
+    )
+
+
+def with_retries(
+    run_once: Callable[[int], Attempt],
+    *,
+    policy: RetryPolicy,
+    budget: Budget,
+    case_attempts: Sequence[Attempt],
+    all_attempts: Sequence[Attempt],
+    record: Callable[[Attempt], None],
+    stop: Callable[[], bool],
+) -> Attempt:
+    """Run one warm-up or measured run, retrying retryable failures while the budget allows.
+
+    ``run_once(retry)`` makes one attempt; every attempt (and a declined retry) goes to
+    ``record`` as soon as it exists. Returns the final real attempt of the run.
+    """
+    retry = 0
+    while True:
+        attempt = run_once(retry)
+        record(attempt)
+        if attempt.status == "passed" or stop():
+            return attempt
+        cls = should_retry(attempt, policy)
+        if cls is None or retry >= policy.retries:
+            return attempt
+        estimate = Budget.estimate(case_attempts, all_attempts)
+        fits, left = budget.fits(estimate)
+        if not fits:
+            record(declined_attempt(attempt, cls, estimate, left, budget))
+            return attempt
+        retry += 1

@@ -1,0 +1,296 @@
+"""The thin run loop: a plan in, attempts streamed to the journal, case results out.
+
+It ties the pieces together and does nothing else: the schedule says what runs next, the
+executor runs it, :mod:`.retry` decides about retries, the journal records every attempt as it
+finishes, and :mod:`.aggregate` turns a case's attempts into its result. ``finish()`` always
+returns a valid :class:`~harness.model.RunReport`, interrupted or not; writing it is the
+caller's (:mod:`harness.report.io`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import traceback
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.cases import PlanItem
+from harness.errors import CaseFileError, UsageError
+from harness.execution.aggregate import aggregate, skipped
+from harness.execution.executor import Executor, SideSpec
+from harness.execution.journal import JournalWriter
+from harness.execution.pool import WorkerPool
+from harness.execution.retry import Budget, with_retries
+from harness.execution.schedule import Linear, Unit
+from harness.fsio import slug
+from harness.model import Attempt, CaseResult, ErrorInfo, LoadError, RunReport, Side
+from harness.platforms.profile import Profile, RetryPolicy
+
+Progress = Callable[[str], None]
+ItemProgress = Callable[[int, int, str], None]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Everything a run needs besides the plan."""
+
+    profile: Profile = field(default_factory=Profile)
+    out_root: Path = Path("reports")
+    run_id: str | None = None
+    code_roots: tuple[str, ...] = ()
+    references_root: str | None = None
+    repeats: int | None = None
+    retries: int | None = None
+    budget_s: float | None = None
+    argv: tuple[str, ...] = ()
+    cwd: str | None = None
+    preimport: tuple[str, ...] | None = None
+    write_latest: bool = True
+    progress: Progress | None = None
+    item_progress: ItemProgress | None = None
+
+
+def new_run_id() -> str:
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{uuid.uuid4().hex[:6]}"
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat()
+
+
+def check_run_id(run_id: str) -> str:
+    """A run id names one folder under ``--out``: no separators, no ``..``, not ``latest``."""
+    if slug(run_id) != run_id or run_id in ("latest", "LATEST"):
+        raise UsageError(
+            f"--run-id {run_id!r}: expected letters, digits, '.', '_' or '-' (not starting "
+            "with '.', and not 'latest'), so that it names one folder under --out"
+        )
+    return run_id
+
+
+class Runner:
+    """Runs plan items for one side; one instance per run."""
+
+    def __init__(self, options: RunOptions, *, side: Side = "head") -> None:
+        self.options = options
+        self.side = side
+        self.run_id = check_run_id(options.run_id) if options.run_id else new_run_id()
+        if options.out_root.exists() and not options.out_root.is_dir():
+            raise UsageError(f"--out {options.out_root}: exists and is not a folder")
+        self.run_dir = options.out_root / self.run_id
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=False)
+        except FileExistsError:
+            raise UsageError(
+                f"--run-id {self.run_id}: {self.run_dir} already exists; pick another id"
+            ) from None
+        self.started_at = _now()
+        self.executor = Executor(
+            run_dir=self.run_dir,
+            profile=options.profile,
+            sides={side: SideSpec(side, options.code_roots, cwd=options.cwd)},
+            references_root=options.references_root,
+            preimport=options.preimport,
+            say=self._say,
+        )
+        budget = options.budget_s if options.budget_s is not None else options.profile.time_budget_s
+        self.budget = Budget(budget)
+        self.journal = JournalWriter(self.run_dir / "attempts.jsonl")
+        self.results: list[CaseResult] = []
+        self.all_attempts: list[Attempt] = []
+        self.stop_requested = False
+        self.interrupted = False
+        self.harness_errors: list[str] = []
+
+    @property
+    def infra_errors(self) -> list[str]:
+        return [*self.executor.infra_errors, *self.harness_errors]
+
+    @property
+    def pool(self) -> WorkerPool:
+        return self.executor.pool
+
+    def _say(self, line: str) -> None:
+        if self.options.progress is not None:
+            self.options.progress(line)
+
+    def _record(self, attempt: Attempt) -> None:
+        """Append one finished attempt to the write-ahead log, and flush it."""
+        self.journal.append(attempt)
+        self.all_attempts.append(attempt)
+
+    def _policy(self, item: PlanItem) -> RetryPolicy:
+        prof, case = self.options.profile, item.case
+        retries = (
+            self.options.retries
+            if self.options.retries is not None
+            else (case.retries if case.retries is not None else prof.retry.retries)
+        )
+        return RetryPolicy(retries, prof.retry.retry_on, prof.retry.patterns)
+
+    # -- one unit, one case --------------------------------------------------------------------
+
+    def run_unit(self, unit: Unit, attempts: list[Attempt]) -> Attempt:
+        """One warm-up or measured run of a case (with its retries), appended to ``attempts``."""
+
+        def once(retry: int) -> Attempt:
+            return self.executor.attempt(
+                unit.side,
+                unit.item,
+                index=len(attempts),
+                repeat=unit.repeat,
+                retry=retry,
+                warmup=unit.warmup,
+                round=unit.round,
+            )
+
+        def record(a: Attempt) -> None:
+            attempts.append(a)
+            self._record(a)
+            if a.status == "budget_declined":
+                self._say(
+                    f"{unit.item.name}: retry declined ({a.error.message if a.error else ''})"
+                )
+                return
+            self._say(
+                f"{unit.item.name} #{a.index}{' warmup' if a.warmup else ''}"
+                f"{f' retry {a.retry}' if a.retry else ''}: {a.status} ({a.duration_s:.2f} s)"
+            )
+
+        return with_retries(
+            once,
+            policy=self._policy(unit.item),
+            budget=self.budget,
+            case_attempts=attempts,
+            all_attempts=self.all_attempts,
+            record=record,
+            stop=lambda: self.stop_requested,
+        )
+
+    def run_item(self, item: PlanItem) -> CaseResult:
+        """Run one case on one platform (warm-ups, measured repeats, retries), then check it."""
+        if item.skip_reason is not None:
+            return self._keep(skipped(item, item.skip_reason, side=self.side))
+        if self.stop_requested:
+            return self._keep(skipped(item, "not run: run interrupted", side=self.side))
+        schedule = Linear([item], repeats=self.options.repeats, side=self.side)
+        attempts: list[Attempt] = []
+        try:
+            for unit in schedule.units(item):
+                final = self.run_unit(unit, attempts)
+                schedule.feedback(unit, final)
+                if self.stop_requested:
+                    break
+            prof = self.options.profile
+            return self._keep(
+                aggregate(
+                    item,
+                    attempts,
+                    planned_runs=len(schedule.runs_of(item)),
+                    budget={**item.case.budget, **prof.budgets.get(item.case.id, {})},
+                    interrupted=self.stop_requested,
+                    simulated=self.executor.simulated.get((self.side, item.platform)),
+                    repeats=self.options.repeats,
+                    side=self.side,
+                )
+            )
+        except Exception as exc:  # a bug of the harness: recorded against this item, run goes on
+            msg = f"{item.name}: harness error {type(exc).__name__}: {exc}"
+            self.harness_errors.append(msg)
+            self._say(msg)
+            error = ErrorInfo.make("HarnessInternalError", msg, traceback.format_exc())
+            return self._keep(
+                CaseResult(
+                    id=item.case.id,
+                    kind=item.case.kind,
+                    platform=item.platform,
+                    status="error",
+                    source=item.case.source,
+                    reason=f"not judged: {msg} (a harness bug, not a failure of the case)",
+                    attempts=tuple(attempts)
+                    or (
+                        Attempt(
+                            item.case.id,
+                            item.platform,
+                            0,
+                            "error",
+                            item.case.seed,
+                            error=error,
+                            side=self.side,
+                        ),
+                    ),
+                    seed=item.case.seed,
+                    side=self.side,
+                )
+            )
+
+    def _keep(self, result: CaseResult) -> CaseResult:
+        self.results.append(result)
+        return result
+
+    # -- the run ---------------------------------------------------------------------------------
+
+    def run_plan(self, items: Sequence[PlanItem]) -> list[CaseResult]:
+        out = []
+        try:
+            for i, item in enumerate(items, 1):
+                if self.options.item_progress is not None:
+                    self.options.item_progress(i, len(items), item.name)
+                out.append(self.run_item(item))
+        except KeyboardInterrupt:
+            # A second Ctrl-C: abort the attempt in flight, keep everything already recorded.
+            self.interrupted = True
+            self.stop_requested = True
+            self.executor.close()
+            done = {(r.id, r.platform) for r in self.results}
+            by_item: dict[tuple[str, str], list[Attempt]] = {}
+            for a in self.all_attempts:
+                by_item.setdefault((a.case_id, a.platform), []).append(a)
+            for item in items:
+                key = (item.case.id, item.platform)
+                if key not in done:
+                    out.append(
+                        self._keep(
+                            skipped(
+                                item,
+                                "not finished: run interrupted"
+                                if key in by_item
+                                else "not run: run interrupted",
+                                by_item.get(key, ()),
+                                side=self.side,
+                            )
+                        )
+                    )
+        return out
+
+    def request_stop(self) -> None:
+        """Stop starting work (SIGINT/SIGTERM); the attempt in flight finishes."""
+        self.stop_requested = True
+        self.interrupted = True
+
+    def finish(self, load_errors: Sequence[CaseFileError] = ()) -> RunReport:
+        """Close workers and the journal; the report of everything that happened."""
+        self.executor.close()
+        self.journal.close()
+        env = self.executor.env.get(self.side) or {
+            "error": "no worker started; environment not collected"
+        }
+        return RunReport(
+            run_id=self.run_id,
+            started_at=self.started_at,
+            finished_at=_now(),
+            argv=self.options.argv,
+            runner=self.options.profile.name,
+            env=env,
+            cases=tuple(self.results),
+            interrupted=self.interrupted,
+            budget_s=self.budget.total_s,
+            load_errors=tuple(LoadError(e.path, str(e)) for e in load_errors),
+            infra_errors=tuple(self.infra_errors),
+        )
+
+
+__all__ = ["RunOptions", "Runner", "check_run_id", "new_run_id"]

@@ -1,0 +1,95 @@
+"""A validated case and its declared checks, as frozen records (loaded by :mod:`harness.cases`).
+
+``case_to_json`` / ``case_from_json`` carry a case across the worker protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from harness.model.vocab import FrameSpec, display_name
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """One declared check: ``metric op threshold``, per-platform thresholds, a policy."""
+
+    metric: str
+    op: str
+    threshold: Any
+    thresholds: Mapping[str, Any] = field(default_factory=dict)
+    policy: Literal["fail", "warn"] = "fail"
+    output: str | None = None
+    frames: FrameSpec | None = None
+    reduce: Literal["worst", "mean"] = "worst"
+    name: str = ""
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def threshold_for(self, platform_chain: Iterable[str]) -> Any:
+        """The threshold of the most specific platform in the chain that names one."""
+        for p in platform_chain:
+            if p in self.thresholds:
+                return self.thresholds[p]
+        return self.threshold
+
+
+@dataclass(frozen=True)
+class Case:
+    """One validated case. ``source`` is the file it came from."""
+
+    id: str
+    kind: str
+    source: str
+    target: str | None = None
+    command: tuple[str, ...] | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    platforms: tuple[str, ...] | Literal["any"] = "any"
+    repeats: int = 1
+    retries: int | None = None
+    warmup: int = 0
+    timeout_s: float = 300.0
+    fresh_process: bool = False
+    checks: tuple[CheckSpec, ...] = ()
+    reference: str | None = None
+    frames: FrameSpec = "first-mid-last"
+    budget: Mapping[str, float] = field(default_factory=dict)
+    description: str = ""
+    tags: tuple[str, ...] = ()
+
+    def display(self, platform: str) -> str:
+        """``<kind>/<id>[<platform>]``, the name used by pytest items and reports."""
+        return display_name(self.kind, self.id, platform)
+
+    def runs_on(self, platform: str) -> bool:
+        return self.platforms == "any" or platform in self.platforms
+
+
+def case_to_json(case: Case) -> dict[str, Any]:
+    """A case as plain JSON, to hand to a worker process."""
+    d = asdict(case)
+    d["platforms"] = case.platforms if case.platforms == "any" else list(case.platforms)
+    return d
+
+
+def case_from_json(d: Mapping[str, Any]) -> Case:
+    """Inverse of :func:`case_to_json`."""
+    kw = dict(d)
+    kw["checks"] = tuple(
+        CheckSpec(
+            **{
+                **c,
+                "frames": tuple(c["frames"])
+                if isinstance(c.get("frames"), list)
+                else c.get("frames"),
+            }
+        )
+        for c in d.get("checks", ())
+    )
+    kw["command"] = tuple(d["command"]) if d.get("command") is not None else None
+    kw["platforms"] = d["platforms"] if d["platforms"] == "any" else tuple(d["platforms"])
+    kw["frames"] = tuple(d["frames"]) if isinstance(d.get("frames"), list) else d["frames"]
+    kw["tags"] = tuple(d.get("tags", ()))
+    return Case(**kw)

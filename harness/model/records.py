@@ -1,0 +1,346 @@
+"""The plain, frozen records that flow between the stages: attempts, checks, case results, runs.
+
+Each record converts to and from the JSON of ``report.json`` (``to_json`` / ``from_json``);
+the JSON Schema in ``harness/schema/report.schema.json`` describes the same shape.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from harness.model.vocab import (
+    FAILING,
+    STATUSES,
+    Policy,
+    Side,
+    Status,
+    display_name,
+    json_number,
+    number_from_json,
+)
+
+SCHEMA_VERSION = 2
+
+
+def error_signature(exc_type: str, message: str) -> str:
+    """A short stable id for "the same failure": numbers, addresses and paths are blanked."""
+    first = message.strip().splitlines()[0] if message.strip() else ""
+    norm = re.sub(r"0x[0-9a-fA-F]+", "0x?", first)
+    norm = re.sub(r"(/[^\s:'\"]+)+", "<path>", norm)
+    norm = re.sub(r"\d+(\.\d+)?", "N", norm)
+    digest = hashlib.sha256(f"{exc_type}:{norm}".encode()).hexdigest()[:12]
+    return f"{exc_type}:{digest}"
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    """Why an attempt did not pass. ``signature`` groups equal failures across attempts/sides."""
+
+    type: str
+    message: str
+    signature: str
+    traceback: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.type,
+            "message": self.message,
+            "signature": self.signature,
+            "traceback": self.traceback,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ErrorInfo:
+        return cls(d["type"], d["message"], d["signature"], d.get("traceback", ""))
+
+    @classmethod
+    def make(cls, exc_type: str, message: str, tb: str = "") -> ErrorInfo:
+        """An error with its signature computed from the type and the message."""
+        return cls(exc_type, message, error_signature(exc_type, message), tb)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One check's outcome. ``passed`` is None when it could not run (``reason`` says why)."""
+
+    name: str
+    metric: str
+    value: Any
+    op: str
+    threshold: Any
+    policy: Policy
+    passed: bool | None
+    output: str | None = None
+    reason: str | None = None
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    # Explanation table rows: frame, obtained, threshold (and whatever else explains it).
+    details: tuple[Mapping[str, Any], ...] = ()
+
+    @property
+    def blocking(self) -> bool:
+        """A failed ``fail``-policy check fails its case; ``warn`` only reports."""
+        return self.passed is False and self.policy == "fail"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "metric": self.metric,
+            "value": json_number(self.value),
+            "op": self.op,
+            "threshold": json_number(self.threshold),
+            "policy": self.policy,
+            "passed": self.passed,
+            "output": self.output,
+            "reason": self.reason,
+            "settings": dict(self.settings),
+            "details": [{k: json_number(v) for k, v in row.items()} for row in self.details],
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> CheckResult:
+        return cls(
+            name=d["name"],
+            metric=d["metric"],
+            value=number_from_json(d.get("value")),
+            op=d["op"],
+            threshold=number_from_json(d.get("threshold")),
+            policy=d.get("policy", "fail"),
+            passed=d.get("passed"),
+            output=d.get("output"),
+            reason=d.get("reason"),
+            settings=d.get("settings", {}),
+            details=tuple(
+                {k: number_from_json(v) for k, v in row.items()} for row in d.get("details", [])
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One execution of one case on one platform, recorded whatever happened."""
+
+    case_id: str
+    platform: str
+    index: int
+    status: Status
+    seed: int | None
+    warmup: bool = False
+    retry: int = 0  # 0 for the first try of a measured run, n for its n-th retry
+    repeat: int = 0  # which measured run (0-based) this attempt belongs to
+    inputs: Mapping[str, str] = field(default_factory=dict)
+    stages: Mapping[str, float] = field(default_factory=dict)
+    fingerprints: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    metrics: Mapping[str, Any] = field(default_factory=dict)
+    notes: Mapping[str, Any] = field(default_factory=dict)
+    outputs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    checks: tuple[CheckResult, ...] = ()
+    error: ErrorInfo | None = None
+    duration_s: float = 0.0
+    worker_pid: int | None = None
+    started_at: str = ""
+    fresh_process: bool = False
+    side: Side = "head"
+    round: int = 0  # comparison round (interleaved schedules); 0 in a plain run
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name == "checks":
+                v = [c.to_json() for c in v]
+            elif f.name == "error":
+                v = v.to_json() if v is not None else None
+            elif f.name == "metrics":
+                v = {k: json_number(x) for k, x in v.items()}
+            elif isinstance(v, Mapping):
+                v = dict(v)
+            d[f.name] = v
+        return d
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Attempt:
+        kw = {f.name: d[f.name] for f in fields(cls) if f.name in d}
+        kw["checks"] = tuple(CheckResult.from_json(c) for c in d.get("checks", []))
+        kw["error"] = ErrorInfo.from_json(d["error"]) if d.get("error") else None
+        kw["metrics"] = {k: number_from_json(v) for k, v in d.get("metrics", {}).items()}
+        return cls(**kw)
+
+    def with_status(self, status: Status, error: ErrorInfo | None = None) -> Attempt:
+        return replace(self, status=status, error=error if error is not None else self.error)
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """The verdict on one case on one platform, with every attempt that led to it."""
+
+    id: str
+    kind: str
+    platform: str
+    status: Status
+    simulated: bool = False
+    source: str = ""
+    reason: str | None = None
+    checks: tuple[CheckResult, ...] = ()
+    attempts: tuple[Attempt, ...] = ()
+    seed: int | None = None
+    repeats: int = 1
+    reference: str | None = None  # the reference id its quality checks use (bless writes it)
+    side: Side = "head"
+
+    @property
+    def name(self) -> str:
+        """Display name, e.g. ``pipeline/t2va-int8[cpu]``."""
+        return display_name(self.kind, self.id, self.platform)
+
+    def stage_medians(self) -> dict[str, float]:
+        """Median seconds per stage over the measured (non-warmup) passing attempts."""
+        return {k: statistics.median(v) for k, v in stage_samples(self.attempts).items()}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "platform": self.platform,
+            "simulated": self.simulated,
+            "status": self.status,
+            "source": self.source,
+            "reason": self.reason,
+            "seed": self.seed,
+            "repeats": self.repeats,
+            "reference": self.reference,
+            "side": self.side,
+            "checks": [c.to_json() for c in self.checks],
+            "attempts": [a.to_json() for a in self.attempts],
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> CaseResult:
+        return cls(
+            id=d["id"],
+            kind=d["kind"],
+            platform=d["platform"],
+            status=d["status"],
+            simulated=d.get("simulated", False),
+            source=d.get("source", ""),
+            reason=d.get("reason"),
+            checks=tuple(CheckResult.from_json(c) for c in d.get("checks", [])),
+            attempts=tuple(Attempt.from_json(a) for a in d.get("attempts", [])),
+            seed=d.get("seed"),
+            repeats=d.get("repeats", 1),
+            reference=d.get("reference"),
+            side=d.get("side", "head"),
+        )
+
+
+@dataclass(frozen=True)
+class LoadError:
+    """A case file (or a case in it) that did not load: the run goes on without it."""
+
+    path: str
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "message": self.message}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> LoadError:
+        return cls(str(d["path"]), str(d["message"]))
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """Everything one run produced; the single source of every rendering."""
+
+    run_id: str
+    started_at: str
+    finished_at: str
+    argv: tuple[str, ...]
+    runner: str
+    env: Mapping[str, Any]
+    cases: tuple[CaseResult, ...]
+    interrupted: bool = False
+    budget_s: float | None = None
+    load_errors: tuple[LoadError, ...] = ()
+    # Harness faults (a worker protocol violation, a bug in the harness): the run is incomplete.
+    infra_errors: tuple[str, ...] = ()
+    schema_version: int = SCHEMA_VERSION
+
+    def counts(self) -> dict[str, int]:
+        out = dict.fromkeys(STATUSES, 0)
+        for c in self.cases:
+            out[c.status] += 1
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "run_id": self.run_id,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "argv": list(self.argv),
+            "runner": self.runner,
+            "interrupted": self.interrupted,
+            "budget_s": self.budget_s,
+            "summary": self.counts(),
+            "env": dict(self.env),
+            "load_errors": [e.to_json() for e in self.load_errors],
+            "infra_errors": list(self.infra_errors),
+            "cases": [c.to_json() for c in self.cases],
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> RunReport:
+        return cls(
+            run_id=d["run_id"],
+            started_at=d["started_at"],
+            finished_at=d["finished_at"],
+            argv=tuple(d.get("argv", [])),
+            runner=d.get("runner", ""),
+            env=d.get("env", {}),
+            cases=tuple(CaseResult.from_json(c) for c in d.get("cases", [])),
+            interrupted=d.get("interrupted", False),
+            budget_s=d.get("budget_s"),
+            load_errors=tuple(LoadError.from_json(e) for e in d.get("load_errors", [])),
+            infra_errors=tuple(str(e) for e in d.get("infra_errors", [])),
+            schema_version=d.get("schema_version", SCHEMA_VERSION),
+        )
+
+    @property
+    def complete(self) -> bool:
+        """False when the run was interrupted or the harness itself failed somewhere."""
+        return not self.interrupted and not self.infra_errors
+
+
+def stage_samples(attempts: Iterable[Attempt]) -> dict[str, list[float]]:
+    """Seconds per stage, in stage order, over the measured (non-warmup) passing attempts;
+    ``total`` holds each such attempt's whole duration."""
+    samples: dict[str, list[float]] = {}
+    for a in attempts:
+        if a.warmup or a.status != "passed":
+            continue
+        for stage, secs in a.stages.items():
+            samples.setdefault(stage, []).append(secs)
+        samples.setdefault("total", []).append(a.duration_s)
+    return samples
+
+
+def exit_code(report: RunReport) -> int:
+    """DESIGN's exit codes: 2 input error, 3 infrastructure or incomplete, 1 a failure,
+    5 nothing ran, 7 only flaky, 0 clean."""
+    statuses = {c.status for c in report.cases}
+    if report.load_errors:
+        return 2
+    if not report.complete:
+        return 3
+    if statuses & (FAILING | {"budget_declined"}):
+        return 1
+    if not any(c.attempts for c in report.cases):
+        return 5
+    if "flaky" in statuses:
+        return 7
+    return 0

@@ -1,0 +1,264 @@
+"""The reference store: pinned, hash-verified reference outputs, read-only.
+
+A store is a folder (the project's ``references/``) of lossless files plus ``manifest.json``::
+
+    references/
+      manifest.json
+      t2va-int8/any/video/3f2a9c1d0e4b/frame_00000.png ...
+      t2va-int8/mi300x/audio/77c1e0a9b2d4/audio.wav
+      loader-bf16/any/logits/a0b1c2d3e4f5/tensor.safetensors
+
+The manifest maps ``reference id -> platform class -> output name`` to one
+:class:`ReferenceEntry`: the files with their SHA-256 (and frame index for frames), the case that
+produced them, the producing environment, the harness version, the metric settings of the checks
+that use it, and the bless provenance (why, by whom, when). Only :mod:`harness.bless` writes a
+store; :class:`ReferenceStore` has no method that writes.
+
+Every file is SHA-256-verified before use: a missing or modified file, or an output with no
+manifest entry, raises :class:`~harness.errors.ReferenceStoreError` naming the file and the
+expected and actual hashes. A lookup walks a platform fallback chain, so a platform can pin its
+own references and fall back to ``any``::
+
+    store = ReferenceStore(Path("references"))
+    entry = store.lookup("t2va-int8", "video", platform_chain("hip", "mi300x"))
+    frames = store.load_video(entry)  # uint8 [T, H, W, 3]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness import media
+from harness.errors import ReferenceStoreError
+from harness.fsio import read_array
+from harness.references.manifest import (
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    BlessInfo,
+    Manifest,
+    ReferenceEntry,
+    ReferenceFile,
+    file_sha256,
+    harness_version,
+    platform_chain,
+    read_manifest,
+)
+
+__all__ = [
+    "FORMAT_VERSION",
+    "MANIFEST_NAME",
+    "BlessInfo",
+    "Manifest",
+    "ReferenceEntry",
+    "ReferenceFile",
+    "ReferenceStore",
+    "file_sha256",
+    "harness_version",
+    "platform_chain",
+    "read_manifest",
+]
+
+_IGNORED_NAMES = frozenset({MANIFEST_NAME, "README.md", "README", ".gitkeep", ".gitattributes"})
+
+
+class ReferenceStore:
+    """Read-only view of a reference store; every file is hash-verified before it is used."""
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root)
+        self._manifest: Manifest | None = None
+        # Decoded files, verified once per store: several checks of one attempt compare the
+        # same reference, and re-hashing and re-decoding every PNG per check was pure waste.
+        self._decoded: dict[str, Any] = {}
+
+    @property
+    def manifest(self) -> Manifest:
+        """The parsed manifest, read on first use (so a bad one fails the check that needs it)."""
+        if self._manifest is None:
+            self._manifest = read_manifest(self.root)
+        return self._manifest
+
+    @property
+    def entries(self) -> Mapping[tuple[str, str, str], ReferenceEntry]:
+        return self.manifest.entries
+
+    def get(self, reference_id: str, output: str, platform_class: str) -> ReferenceEntry | None:
+        """The entry pinned for exactly this platform class, or None (no fallback)."""
+        return self.manifest.entries.get((reference_id, platform_class, output))
+
+    def lookup(
+        self, reference_id: str, output: str, platform_chain: Sequence[str]
+    ) -> ReferenceEntry:
+        """The entry of the first platform class in ``platform_chain`` that pins this output."""
+        for plat in platform_chain:
+            entry = self.get(reference_id, output, plat)
+            if entry is not None:
+                return entry
+        pinned = sorted({p for (r, p, o) in self.manifest.entries if r == reference_id})
+        have = sorted({o for (r, _p, o) in self.manifest.entries if r == reference_id})
+        if not pinned:
+            detail = f"no reference '{reference_id}' in {self.root / MANIFEST_NAME}"
+        else:
+            detail = f"reference '{reference_id}' has outputs {have} for platform classes {pinned}"
+        raise ReferenceStoreError(
+            f"no reference for output '{output}' of '{reference_id}' on platform chain "
+            f"{list(platform_chain)}: {detail}; bless one with "
+            f"`harness refs bless --run <run dir> --case {reference_id}`"
+        )
+
+    # --- reading verified files -------------------------------------------------------------
+
+    def verified_path(self, f: ReferenceFile) -> Path:
+        """The absolute path of ``f`` after checking it exists and its SHA-256 matches."""
+        path = self.root / f.path
+        if not path.is_file():
+            raise ReferenceStoreError(
+                f"reference file {path} is missing (expected sha256 {f.sha256}, actual: none)"
+            )
+        actual = file_sha256(path)
+        if actual != f.sha256:
+            raise ReferenceStoreError(
+                f"reference file {path} does not match the manifest: "
+                f"expected sha256 {f.sha256}, actual sha256 {actual}"
+            )
+        return path
+
+    def _read(self, f: ReferenceFile, decode: Callable[[Path], Any]) -> Any:
+        """``decode`` of the verified file, computed once per store; arrays come back
+        read-only so one check cannot change what the next one compares with."""
+        if f.path not in self._decoded:
+            value = decode(self.verified_path(f))
+            if isinstance(value, np.ndarray):
+                value.setflags(write=False)
+            self._decoded[f.path] = value
+        return self._decoded[f.path]
+
+    def load_video(self, entry: ReferenceEntry, frames: Sequence[int] | None = None) -> np.ndarray:
+        """Frames of a ``video`` entry as uint8 [T, H, W, 3] (an ``image`` entry: [H, W, 3]).
+
+        ``frames`` loads (and verifies) only those frame indices, in that order, as
+        [len(frames), H, W, 3]: a check on first-mid-last frames reads three PNGs, not all.
+        """
+        if entry.kind not in ("video", "image"):
+            raise ReferenceStoreError(f"reference {entry.key} is {entry.kind}, not video")
+        by_index = {f.frame or 0: f for f in entry.files}
+        n = len(by_index)
+        if n == 0 or n != len(entry.files) or sorted(by_index) != list(range(n)):
+            raise ReferenceStoreError(
+                f"reference {entry.key}: manifest frame indices {sorted(by_index)} are not "
+                f"0..{n - 1}"
+            )
+        wanted = list(range(n)) if frames is None else [int(i) for i in frames]
+        missing = [i for i in wanted if i not in by_index]
+        if missing:
+            raise ReferenceStoreError(
+                f"reference {entry.key} has {n} frames, no frame {missing[0]}"
+            )
+        frame_shape = tuple(entry.shape[1:] if entry.kind == "video" else entry.shape)
+        arrays = []
+        for i in wanted:
+            path = self.root / by_index[i].path
+            a = np.asarray(self._read(by_index[i], media.read_png))
+            if a.shape != frame_shape or a.dtype != np.uint8:
+                raise ReferenceStoreError(
+                    f"reference file {path} decodes to {a.dtype} {list(a.shape)}, "
+                    f"manifest says uint8 {list(frame_shape)}"
+                )
+            arrays.append(a)
+        video = np.stack(arrays)
+        if frames is None and entry.kind == "image":
+            return video[0]
+        return video
+
+    def load_audio(self, entry: ReferenceEntry) -> tuple[np.ndarray, int]:
+        """PCM of an ``audio`` entry as float32 (the shape it was blessed) and its sample rate."""
+        if entry.kind != "audio":
+            raise ReferenceStoreError(f"reference {entry.key} is {entry.kind}, not audio")
+        (f,) = self._single(entry)
+        audio = self._read(f, media.read_wav)
+        pcm = np.asarray(audio.pcm, dtype=np.float32)
+        if pcm.size != int(np.prod(entry.shape)):
+            raise ReferenceStoreError(
+                f"reference {entry.key}: {f.path} decodes to shape {list(pcm.shape)}, "
+                f"manifest says {list(entry.shape)}"
+            )
+        return pcm.reshape(entry.shape), int(audio.sample_rate)
+
+    def load_tensor(self, entry: ReferenceEntry) -> np.ndarray:
+        """The array of a ``tensor`` entry (safetensors key ``data``)."""
+        (f,) = self._single(entry)
+
+        def read(path: Path) -> np.ndarray:
+            try:
+                return np.asarray(read_array(path))
+            except ValueError as exc:
+                raise ReferenceStoreError(f"reference file {path}: {exc}") from exc
+
+        return np.asarray(self._read(f, read))
+
+    def load(self, entry: ReferenceEntry) -> np.ndarray:
+        """The reference array, whatever its kind (audio: PCM without the sample rate)."""
+        if entry.kind in ("video", "image"):
+            return self.load_video(entry)
+        if entry.kind == "audio":
+            return self.load_audio(entry)[0]
+        return self.load_tensor(entry)
+
+    def _single(self, entry: ReferenceEntry) -> tuple[ReferenceFile]:
+        if len(entry.files) != 1:
+            raise ReferenceStoreError(
+                f"reference {entry.key} lists {len(entry.files)} files, expected 1"
+            )
+        return (entry.files[0],)
+
+    # --- whole-store check ------------------------------------------------------------------
+
+    def verify(self) -> list[str]:
+        """Every problem of the store, one line each; an empty list means it is intact.
+
+        Checks that each manifest file exists and matches its SHA-256, that no two entries claim
+        one file, and reports files on disk that the manifest does not list.
+        """
+        if not self.root.is_dir():
+            return [f"{self.root}: reference store folder does not exist"]
+        try:
+            manifest = self.manifest
+        except ReferenceStoreError as exc:
+            return [str(exc)]
+        problems: list[str] = []
+        listed: dict[str, str] = {}
+        for entry in manifest.entries.values():
+            if not entry.files:
+                problems.append(f"{entry.key}: manifest entry lists no files")
+            for f in entry.files:
+                if f.path in listed:
+                    problems.append(f"{f.path}: listed by both {listed[f.path]} and {entry.key}")
+                listed[f.path] = entry.key
+                try:
+                    self.verified_path(f)
+                except ReferenceStoreError as exc:
+                    problems.append(f"{entry.key}: {exc}")
+        for path in _files_under(self.root):
+            rel = path.relative_to(self.root).as_posix()
+            if rel not in listed:
+                problems.append(
+                    f"{path}: file is not in the manifest "
+                    f"(sha256 {file_sha256(path)}); remove it or bless it"
+                )
+        return problems
+
+
+def _files_under(root: Path) -> Iterable[Path]:
+    if not root.is_dir():
+        return []
+    return sorted(
+        p
+        for p in root.rglob("*")
+        if p.is_file()
+        and p.name not in _IGNORED_NAMES
+        and not any(part.startswith(".") for part in p.relative_to(root).parts)
+    )

@@ -1,0 +1,67 @@
+"""Writing and reading run folders: ``report.json``, ``junit.xml``, ``summary.md``, ``latest``.
+
+Every file is written under a temporary name and renamed, so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from harness.errors import ReportFormatError
+from harness.fsio import write_json_atomic, write_text_atomic
+from harness.model import SCHEMA_VERSION, RunReport
+from harness.report.junit import write_junit
+from harness.report.markdown import summary_markdown
+
+
+def _point_latest(run_dir: Path) -> None:
+    latest = run_dir.parent / "latest"
+    if latest.exists() and not latest.is_symlink():
+        return  # a real folder of that name is not ours to replace (run ids never say latest)
+    tmp = run_dir.parent / f".latest-{os.getpid()}"
+    try:
+        if tmp.is_symlink() or tmp.exists():
+            tmp.unlink()
+        tmp.symlink_to(run_dir.name, target_is_directory=True)
+        os.replace(tmp, latest)
+    except OSError:  # a filesystem without symlinks: a plain file naming the run
+        tmp.unlink(missing_ok=True)
+        write_text_atomic(run_dir.parent / "LATEST", run_dir.name + "\n")
+
+
+def write_run(report: RunReport, run_dir: Path, *, latest: bool = True) -> None:
+    """Write every rendering of a run into its folder."""
+    write_json_atomic(run_dir / "report.json", report.to_json())
+    render_run(report, run_dir)
+    if latest:
+        _point_latest(run_dir)
+
+
+def render_run(report: RunReport, run_dir: Path) -> None:
+    """The renderings of a report (JUnit, Markdown), never the report itself."""
+    write_junit(report, run_dir / "junit.xml")
+    write_text_atomic(run_dir / "summary.md", summary_markdown(report))
+
+
+def read_report(path: Path) -> RunReport:
+    """Load a report.json (or the run folder holding one), checking its format version."""
+    if path.is_dir():
+        path = path / "report.json"
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ReportFormatError(f"{path}: no such report") from exc
+    except json.JSONDecodeError as exc:
+        raise ReportFormatError(f"{path}: not valid JSON: {exc}") from exc
+    version = doc.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ReportFormatError(
+            f"{path}: schema_version {version!r} is not supported (expected {SCHEMA_VERSION}); "
+            "re-run the cases with this harness version"
+        )
+    try:
+        return RunReport.from_json(doc)
+    except (KeyError, TypeError) as exc:
+        raise ReportFormatError(f"{path}: malformed report: missing or bad {exc}") from exc

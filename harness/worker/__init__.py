@@ -1,0 +1,6 @@
+"""Floor 4: what runs inside a worker process. Its main loop (:mod:`.main`), one attempt
+(:mod:`.attempt`), isolation between attempts (:mod:`.isolation`), environment collection
+(:mod:`.envinfo`) and the typed protocol it speaks with the manager (:mod:`.protocol`).
+
+Import-light: importing this package imports nothing but the standard library.
+"""

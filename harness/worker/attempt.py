@@ -1,0 +1,188 @@
+"""One attempt, inside a worker: seed, call the target, record everything, run the checks.
+
+A call is recorded, never allowed to escape: whatever the target does (returns, fails an
+assertion, raises, prints), the result is one attempt record. Only a crash of the whole
+interpreter escapes, and the manager records that one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import importlib
+import importlib.abc
+import importlib.util
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from harness import probe
+from harness.checks import evaluate_attempt_checks
+from harness.model import Attempt, Case, ErrorInfo
+from harness.worker.protocol import AttemptJob
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's random, numpy and torch from the case seed.
+
+    torch is seeded only where it is imported: a fresh interpreter starts bare (a cold-import
+    case must be able to see an eager ``import torch``), so when torch is not imported yet a
+    one-shot import hook seeds it the moment the target imports it.
+    """
+    random.seed(seed)
+    np_mod = sys.modules.get("numpy")
+    if np_mod is not None:
+        np_mod.random.seed(seed % (2**32))
+    else:
+        _seed_on_import("numpy", lambda m: m.random.seed(seed % (2**32)))
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(seed)
+    else:
+        _seed_on_import("torch", lambda m: m.manual_seed(seed))
+
+
+class _SeedOnImport(importlib.abc.MetaPathFinder):
+    """Runs ``then(module)`` right after ``name`` is first imported, then removes itself."""
+
+    def __init__(self, name: str, then: Callable[[Any], Any]) -> None:
+        self.name = name
+        self.then = then
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        loader, then = spec.loader, self.then
+        exec_module = loader.exec_module
+
+        def exec_and_seed(module: Any) -> None:
+            exec_module(module)
+            then(module)
+
+        loader.exec_module = exec_and_seed  # type: ignore[method-assign]
+        return spec
+
+
+def _seed_on_import(name: str, then: Callable[[Any], Any]) -> None:
+    for finder in list(sys.meta_path):
+        if isinstance(finder, _SeedOnImport) and finder.name == name:
+            sys.meta_path.remove(finder)
+    sys.meta_path.insert(0, _SeedOnImport(name, then))
+
+
+def resolve_target(spec: str) -> Any:
+    module_name, _, func_name = spec.partition(":")
+    module = importlib.import_module(module_name)
+    try:
+        return getattr(module, func_name)
+    except AttributeError:
+        raise AttributeError(
+            f"target '{spec}': module '{module_name}' ({getattr(module, '__file__', '?')}) "
+            f"has no attribute '{func_name}'"
+        ) from None
+
+
+def _run_command(case: Case, result_file: Path, timeout_s: float) -> None:
+    """Run a ``command`` case; a non-zero exit fails it. It may write JSON to the result file."""
+    result_file.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, HARNESS_RESULT_FILE=str(result_file))
+    proc = subprocess.run(
+        list(case.command or ()),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    if proc.returncode != 0:
+        tail = (proc.stdout[-2000:] + proc.stderr[-2000:]).strip()
+        raise AssertionError(f"command {list(case.command or ())} exited {proc.returncode}\n{tail}")
+    if result_file.is_file():
+        data = json.loads(result_file.read_text())
+        for k, v in data.get("notes", {}).items():
+            probe.note(k, v)
+
+
+def run_attempt(job: AttemptJob) -> Attempt:
+    """Execute one attempt described by ``job`` and record it, whatever the target does."""
+    case = job.case
+    seed, platform = job.seed, job.platform
+    output_dir = Path(job.output_dir) if job.output_dir else None
+    started = dt.datetime.now(dt.UTC).isoformat()
+    seed_everything(seed)
+    rec = probe._begin(seed, platform, output_dir)
+    status = "passed"
+    error: ErrorInfo | None = None
+    t0 = time.perf_counter()
+    try:
+        if case.command is not None:
+            _run_command(case, (output_dir or Path(".")) / "result.json", case.timeout_s)
+        else:
+            fn = resolve_target(str(case.target))
+            fn(**dict(case.params))
+    except AssertionError as exc:
+        status = "failed"
+        error = ErrorInfo.make(
+            "AssertionError", str(exc) or "assertion failed", traceback.format_exc()
+        )
+    except subprocess.TimeoutExpired as exc:
+        status = "timeout"
+        error = ErrorInfo.make("Timeout", f"command timed out: {exc}", traceback.format_exc())
+    except Exception as exc:
+        status = "error"
+        error = ErrorInfo.make(type(exc).__name__, str(exc), traceback.format_exc())
+    finally:
+        duration = time.perf_counter() - t0
+        probe._end()
+    checks = evaluate_attempt_checks(
+        case,
+        platform_chain=job.platform_chain,
+        outputs=rec.outputs,
+        arrays=rec.output_arrays,
+        notes=rec.notes,
+        references_root=job.references_root,
+        ran=status == "passed",
+    )
+    if status == "passed" and any(c.blocking for c in checks):
+        status = "failed"
+        failed = [
+            f"{c.name}: {c.reason or f'{c.value} (want {c.op} {c.threshold})'}"
+            for c in checks
+            if c.blocking
+        ]
+        error = ErrorInfo.make("CheckFailed", "checks failed: " + "; ".join(failed))
+    return Attempt(
+        case_id=case.id,
+        platform=platform,
+        index=job.index,
+        status=status,  # type: ignore[arg-type]
+        seed=seed,
+        warmup=job.warmup,
+        retry=job.retry,
+        repeat=job.repeat,
+        inputs=rec.inputs,
+        stages=rec.stages,
+        fingerprints=rec.fingerprints,
+        notes=rec.notes,
+        outputs=rec.outputs,
+        checks=tuple(checks),
+        error=error,
+        duration_s=duration,
+        worker_pid=os.getpid(),
+        started_at=started,
+        fresh_process=case.fresh_process,
+        side=job.side,  # type: ignore[arg-type]
+        round=job.round,
+    )

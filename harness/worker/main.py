@@ -1,0 +1,156 @@
+"""The worker process: ``python -m harness.worker``.
+
+It reads one request per line on stdin and answers one line on a private copy of the original
+stdout (:mod:`harness.worker.protocol`); the target's own prints go to the worker's log, never
+into the protocol, and targets read ``/dev/null`` as their stdin. It imports targets once and
+runs attempts back to back, each inside :func:`harness.worker.isolation.isolated`, so no case
+can change the process the next one runs in. ``faulthandler`` writes the stacks of all threads
+to a dump file on a fatal signal and on SIGUSR1, which the manager sends before it kills a
+worker whose attempt ran past its timeout.
+
+A child forked by a target inherits this loop; :func:`os.register_at_fork` closes its copy of
+the protocol, and a child that returns into the loop exits at once instead of answering.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import faulthandler
+import importlib.util
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+from typing import IO
+
+from harness.worker import protocol as p
+
+_WORKER_PID = os.getpid()
+_proto_fd: int | None = None
+
+
+def _in_forked_child() -> bool:
+    return os.getpid() != _WORKER_PID
+
+
+def _close_protocol_in_child() -> None:
+    # Runs in every child forked from the worker: it must never speak for the worker.
+    global _proto_fd
+    if _proto_fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(_proto_fd)
+        _proto_fd = None
+
+
+def _answer(out: IO[str], msg: p.Reply) -> None:
+    if _in_forked_child():
+        os._exit(0)
+    out.write(p.encode(msg))
+    out.flush()
+
+
+def _handle(msg: p.Request) -> p.Reply:
+    pid = os.getpid()
+    if isinstance(msg, p.AttemptRequest):
+        from harness.worker.attempt import run_attempt
+        from harness.worker.isolation import isolated
+
+        with isolated(msg.job) as guard:
+            attempt = run_attempt(msg.job)
+        if _in_forked_child():
+            os._exit(0)  # a target forked and this is the child returning: never answer
+        attempt = guard.apply(attempt)
+        return p.AttemptReply(
+            nonce=msg.nonce,
+            pid=pid,
+            case_id=msg.job.case.id,
+            index=msg.job.index,
+            attempt=attempt.to_json(),
+            replace_worker=bool(guard.violations),
+        )
+    if isinstance(msg, p.PlatformRequest):
+        from harness.platforms import check
+
+        available, detail = check(msg.platform)
+        return p.PlatformReply(msg.nonce, pid, available, detail)
+    if isinstance(msg, p.EnvRequest):
+        from harness.worker.envinfo import collect_env
+
+        root = Path(msg.code_root) if msg.code_root else None
+        return p.EnvReply(msg.nonce, pid, collect_env(root))
+    raise p.ProtocolError(f"unexpected request {msg!r}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    global _WORKER_PID, _proto_fd
+    parser = argparse.ArgumentParser(prog="python -m harness.worker")
+    parser.add_argument("--stackdump", required=True, help="file for faulthandler stack dumps")
+    parser.add_argument(
+        "--preimport", action="append", default=[], help="module to import at start-up (e.g. torch)"
+    )
+    args = parser.parse_args(argv)
+    _WORKER_PID = os.getpid()
+
+    _proto_fd = os.dup(1)
+    proto = os.fdopen(_proto_fd, "w", buffering=1, encoding="utf-8", closefd=False)
+    requests = os.fdopen(os.dup(0), "r", encoding="utf-8")
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)  # targets read /dev/null, never the protocol
+    os.close(devnull)
+    os.dup2(2, 1)  # stray prints from the code under test land in the log, not the protocol
+    os.register_at_fork(after_in_child=_close_protocol_in_child)
+    dump = open(args.stackdump, "a", buffering=1)  # noqa: SIM115 - lives as long as the process
+    faulthandler.enable(file=dump, all_threads=True)
+    faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True)
+    # The manager owns interruption: a Ctrl-C in the terminal must not kill a half-done attempt.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
+    for name in args.preimport:
+        if importlib.util.find_spec(name) is not None:
+            __import__(name)
+    threads = os.environ.get("HARNESS_THREADS")
+    if threads and "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(int(threads))
+    _answer(proto, p.Ready(pid=os.getpid()))
+    for line in requests:
+        if not line.strip():
+            continue
+        nonce = ""
+        try:
+            msg = p.decode_request(line)
+            nonce = msg.nonce
+            if isinstance(msg, p.ExitRequest):
+                break
+            reply = _handle(msg)
+        except Exception as exc:  # a bug in the harness itself: report it, keep serving
+            reply = p.ErrorReply(
+                nonce, os.getpid(), f"{type(exc).__name__}: {exc}", traceback.format_exc()
+            )
+        try:
+            _answer(proto, reply)
+        except ValueError as exc:  # e.g. an unserializable value: never let the protocol break
+            _answer(proto, p.ErrorReply(nonce, os.getpid(), f"unserializable reply: {exc}"))
+    return 0
+
+
+def _die_with_parent() -> None:
+    """On Linux, ask the kernel to SIGKILL this worker when the manager dies."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    manager = os.environ.get("HARNESS_MANAGER_PID")
+    if manager and os.getppid() != int(manager):  # the manager died before prctl took effect
+        os._exit(1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,251 @@
+"""The typed job/reply protocol between the manager and a worker: one JSON object per line.
+
+Every request carries a ``nonce``; every reply echoes it with the worker's pid (and, for an
+attempt, the case id and attempt index). The manager accepts a reply only when all of them
+match, so a process that is not the worker it started (a forked child that returned from a
+target, say) can never answer for it: anything unexpected is a :class:`ProtocolError`.
+
+Example::
+
+    line = encode(AttemptRequest(nonce="n1", job=job))
+    reply = decode_reply(worker_line, nonce="n1", pid=1234, case_id="x", index=0)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from harness.model import Case, case_from_json, case_to_json, json_safe
+
+
+class ProtocolError(Exception):
+    """A line that is not a valid message, or a reply that does not answer the request."""
+
+
+@dataclass(frozen=True)
+class AttemptJob:
+    """Everything a worker needs to run one attempt of one case for one side."""
+
+    case: Case
+    platform: str
+    platform_chain: tuple[str, ...]
+    index: int
+    seed: int
+    repeat: int = 0
+    retry: int = 0
+    warmup: bool = False
+    side: str = "head"
+    round: int = 0
+    output_dir: str | None = None
+    references_root: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "case": case_to_json(self.case),
+            "platform": self.platform,
+            "platform_chain": list(self.platform_chain),
+            "index": self.index,
+            "seed": self.seed,
+            "repeat": self.repeat,
+            "retry": self.retry,
+            "warmup": self.warmup,
+            "side": self.side,
+            "round": self.round,
+            "output_dir": self.output_dir,
+            "references_root": self.references_root,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> AttemptJob:
+        return cls(
+            case=case_from_json(d["case"]),
+            platform=str(d["platform"]),
+            platform_chain=tuple(d["platform_chain"]),
+            index=int(d["index"]),
+            seed=int(d["seed"]),
+            repeat=int(d.get("repeat", 0)),
+            retry=int(d.get("retry", 0)),
+            warmup=bool(d.get("warmup", False)),
+            side=str(d.get("side", "head")),
+            round=int(d.get("round", 0)),
+            output_dir=d.get("output_dir"),
+            references_root=d.get("references_root"),
+        )
+
+
+# --- requests (manager -> worker) -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AttemptRequest:
+    nonce: str
+    job: AttemptJob
+    op: str = "attempt"
+
+
+@dataclass(frozen=True)
+class EnvRequest:
+    nonce: str
+    code_root: str | None = None
+    op: str = "env"
+
+
+@dataclass(frozen=True)
+class PlatformRequest:
+    nonce: str
+    platform: str
+    op: str = "platform"
+
+
+@dataclass(frozen=True)
+class ExitRequest:
+    nonce: str = ""
+    op: str = "exit"
+
+
+Request = AttemptRequest | EnvRequest | PlatformRequest | ExitRequest
+
+# --- replies (worker -> manager) ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ready:
+    pid: int
+    op: str = "ready"
+
+
+@dataclass(frozen=True)
+class AttemptReply:
+    nonce: str
+    pid: int
+    case_id: str
+    index: int
+    attempt: Mapping[str, Any]
+    # The attempt left state behind that cannot be undone: start a new worker after it.
+    replace_worker: bool = False
+    op: str = "result"
+
+
+@dataclass(frozen=True)
+class EnvReply:
+    nonce: str
+    pid: int
+    env: Mapping[str, Any]
+    op: str = "env"
+
+
+@dataclass(frozen=True)
+class PlatformReply:
+    nonce: str
+    pid: int
+    available: bool
+    detail: str
+    op: str = "platform"
+
+
+@dataclass(frozen=True)
+class ErrorReply:
+    """The worker caught a bug of the harness itself while serving a request."""
+
+    nonce: str
+    pid: int
+    message: str
+    traceback: str = ""
+    op: str = "error"
+
+
+Reply = Ready | AttemptReply | EnvReply | PlatformReply | ErrorReply
+
+_REQUESTS: dict[str, type[Any]] = {
+    "attempt": AttemptRequest,
+    "env": EnvRequest,
+    "platform": PlatformRequest,
+    "exit": ExitRequest,
+}
+_REPLIES: dict[str, type[Any]] = {
+    "ready": Ready,
+    "result": AttemptReply,
+    "env": EnvReply,
+    "platform": PlatformReply,
+    "error": ErrorReply,
+}
+
+
+def encode(msg: Request | Reply) -> str:
+    """One line of JSON (non-finite floats spelled as strings), newline included."""
+    d: dict[str, Any] = {}
+    for name in msg.__dataclass_fields__:
+        v = getattr(msg, name)
+        d[name] = v.to_json() if isinstance(v, AttemptJob) else v
+    return json.dumps(json_safe(d), allow_nan=False, default=str) + "\n"
+
+
+def _parse(line: str | bytes, table: Mapping[str, type[Any]]) -> Any:
+    try:
+        d = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"not a JSON line: {exc}: {str(line)[:200]!r}") from None
+    if not isinstance(d, dict) or d.get("op") not in table:
+        raise ProtocolError(f"unknown message {str(d)[:200]!r}")
+    cls = table[d["op"]]
+    kw = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+    try:
+        if cls is AttemptRequest:
+            kw["job"] = AttemptJob.from_json(d["job"])
+        return cls(**kw)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ProtocolError(f"malformed {d['op']!r} message: {exc!r}") from None
+
+
+def decode_request(line: str | bytes) -> Request:
+    msg: Request = _parse(line, _REQUESTS)
+    return msg
+
+
+def decode_reply(
+    line: str | bytes,
+    *,
+    nonce: str | None,
+    pid: int,
+    case_id: str | None = None,
+    index: int | None = None,
+) -> Reply:
+    """Parse a reply and check that it answers this request from this worker."""
+    msg: Reply = _parse(line, _REPLIES)
+    if msg.pid != pid:
+        raise ProtocolError(
+            f"reply from pid {msg.pid}, but the worker is pid {pid} (a forked child answered?)"
+        )
+    if nonce is not None and getattr(msg, "nonce", None) != nonce:
+        raise ProtocolError(
+            f"reply for request {getattr(msg, 'nonce', None)!r}, expected {nonce!r}"
+        )
+    if isinstance(msg, AttemptReply) and (msg.case_id != case_id or msg.index != index):
+        raise ProtocolError(
+            f"reply for case {msg.case_id!r} attempt {msg.index}, "
+            f"expected case {case_id!r} attempt {index}"
+        )
+    return msg
+
+
+__all__ = [
+    "AttemptJob",
+    "AttemptReply",
+    "AttemptRequest",
+    "EnvReply",
+    "EnvRequest",
+    "ErrorReply",
+    "ExitRequest",
+    "PlatformReply",
+    "PlatformRequest",
+    "ProtocolError",
+    "Ready",
+    "Reply",
+    "Request",
+    "decode_reply",
+    "decode_request",
+    "encode",
+]
