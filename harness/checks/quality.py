@@ -34,12 +34,14 @@ from harness.metrics import MetricResult, Reduce
 from harness.model import Case, CheckResult, CheckSpec, compare, fmt_number
 from harness.references.store import ReferenceEntry, ReferenceStore
 
-__all__ = ["AUDIO_METRICS", "CLIP_ENV", "QUALITY_METRICS", "compare", "evaluate"]
+__all__ = ["AUDIO_METRICS", "CLIP_ENV", "COMPARE_MARGIN", "QUALITY_METRICS", "compare", "evaluate"]
 
 # Every registered metric compares an output with its reference.
 QUALITY_METRICS: frozenset[str] = frozenset(metrics.names())
 AUDIO_METRICS: frozenset[str] = frozenset({"audio_snr", "audio_mad", "audio_lsd"})
 CLIP_ENV = "HARNESS_CLIP_MODEL"
+# A check setting read by `harness compare` (the quality margin of that metric for the case).
+COMPARE_MARGIN = "compare_margin"
 CLIP_NOT_CONFIGURED = f"no CLIP model configured (set {CLIP_ENV})"
 _VIDEO_KINDS = ("video", "image")
 
@@ -232,7 +234,8 @@ def _compute(spec: CheckSpec, obtained: np.ndarray, reference: np.ndarray) -> An
         raise _CheckFailed(str(exc)) from exc
     try:
         reduce: Reduce = "mean" if spec.reduce == "mean" else "worst"
-        m = cls(reduce=reduce, **dict(spec.settings))
+        # compare_margin is the comparison's setting (harness.compare.quality), not the metric's
+        m = cls(reduce=reduce, **{k: v for k, v in spec.settings.items() if k != COMPARE_MARGIN})
     except TypeError as exc:
         raise _CheckFailed(
             f"{spec.metric} settings {dict(spec.settings)} are not accepted: {exc}"

@@ -11,13 +11,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from harness.cli import plan, refs, report, run
+from harness.cli import compare, plan, refs, report, run
 from harness.errors import HarnessError
 
 EXAMPLES = """\
 examples:
   harness run                                  # every case in cases/ on this runner's platform
   harness run cases/pipeline -k "int8 and not ref" --repeats 3
+  harness compare --base main --head HEAD -k t2va-int8
   harness plan cases/ -k loader
   harness refs verify
 """
@@ -39,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in (run, plan, report):
+    for module in (run, compare, plan, report):
         module.add_parser(sub)
     refs.add_parser(sub)
     return parser

@@ -7,6 +7,17 @@ the JSON Schema in ``harness/report/schemas/report.schema.json`` describes the s
 from __future__ import annotations
 
 from harness.model.case import Case, CheckSpec, case_from_json, case_to_json
+from harness.model.comparison import (
+    COMPARISON_SCHEMA_VERSION,
+    CaseComparison,
+    Comparison,
+    Divergence,
+    FailureMatrix,
+    QualityFinding,
+    SideInfo,
+    StageLatency,
+    worst_verdict,
+)
 from harness.model.records import (
     SCHEMA_VERSION,
     Attempt,
@@ -43,6 +54,7 @@ from harness.model.vocab import (
 )
 
 __all__ = [
+    "COMPARISON_SCHEMA_VERSION",
     "FAILING",
     "FRAME_MODES",
     "KINDS",
@@ -55,16 +67,23 @@ __all__ = [
     "STATUSES",
     "Attempt",
     "Case",
+    "CaseComparison",
     "CaseResult",
     "CheckResult",
     "CheckSpec",
+    "Comparison",
+    "Divergence",
     "ErrorInfo",
+    "FailureMatrix",
     "FrameSpec",
     "Kind",
     "LoadError",
     "Policy",
+    "QualityFinding",
     "RunReport",
     "Side",
+    "SideInfo",
+    "StageLatency",
     "Status",
     "case_from_json",
     "case_to_json",
@@ -77,4 +96,5 @@ __all__ = [
     "json_safe",
     "number_from_json",
     "stage_samples",
+    "worst_verdict",
 ]

@@ -40,6 +40,9 @@ class Profile:
     # CPU threads per worker (OMP/MKL and torch). Pinned so latency on a shared runner measures
     # the code, not the scheduler: spin-waiting intra-op threads are very noisy under load.
     threads: int | None = None
+    # `harness compare` on this runner class: latency delta and quality margins per metric
+    compare_delta: float | None = None
+    compare_margins: Mapping[str, float] = field(default_factory=dict)
     source: str = ""
 
 
@@ -59,7 +62,16 @@ def load_profile(path: Path) -> Profile:
         raise ProfileError(f"{path}: no such runner profile") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"{path}: not valid TOML: {exc}") from exc
-    known = {"name", "platform", "device_count", "time_budget_s", "retry", "budgets", "threads"}
+    known = {
+        "name",
+        "platform",
+        "device_count",
+        "time_budget_s",
+        "retry",
+        "budgets",
+        "threads",
+        "compare",
+    }
     for key in data:
         if key not in known:
             raise ProfileError(f"{path}: unknown key '{key}' (known keys: {sorted(known)})")
@@ -106,6 +118,20 @@ def load_profile(path: Path) -> Profile:
     threads = data.get("threads")
     if threads is not None and (_expect(path, "threads", threads, (int,), "an integer") < 1):
         raise ProfileError(f"{path}: key 'threads' = {threads}: expected an integer >= 1")
+    compare_raw = _expect(path, "compare", data.get("compare", {}), (dict,), "a table")
+    for key in compare_raw:
+        if key not in {"delta", "margins"}:
+            raise ProfileError(f"{path}: unknown key 'compare.{key}' (known: delta, margins)")
+    delta = compare_raw.get("delta")
+    if delta is not None:
+        _expect(path, "compare.delta", delta, (int, float), "a relative change, e.g. 0.05")
+    margins_raw = _expect(
+        path, "compare.margins", compare_raw.get("margins", {}), (dict,), "a table"
+    )
+    margins = {
+        m: float(_expect(path, f"compare.margins.{m}", v, (int, float), "a number"))
+        for m, v in margins_raw.items()
+    }
     budget = data.get("time_budget_s")
     if budget is not None:
         _expect(path, "time_budget_s", budget, (int, float), "seconds")
@@ -125,6 +151,8 @@ def load_profile(path: Path) -> Profile:
         ),
         budgets=budgets,
         threads=threads,
+        compare_delta=float(delta) if delta is not None else None,
+        compare_margins=margins,
         source=str(path),
     )
 

@@ -131,6 +131,10 @@ def run_attempt(job: AttemptJob) -> Attempt:
             _run_command(case, (output_dir or Path(".")) / "result.json", case.timeout_s)
         else:
             fn = resolve_target(str(case.target))
+            # Which file the target really came from: a comparison shows (and tests) that
+            # base and head imported their own checkouts, not one installed copy.
+            module = sys.modules.get(getattr(fn, "__module__", "") or "")
+            probe.note("harness.target_file", str(getattr(module, "__file__", None)))
             fn(**dict(case.params))
     except AssertionError as exc:
         status = "failed"

@@ -121,8 +121,8 @@ def collect_env(code_root: Path | None) -> dict[str, Any]:
     }
 
 
-def env_digest(env: Mapping[str, Any]) -> str:
-    """A short stable hash over the fields that make two runs comparable.
+def env_basis(env: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields that make two runs comparable (what :func:`env_digest` hashes).
 
     Covers the Python version, torch version and its CUDA/HIP build, device names, the numeric
     and media library versions, and the host / runner name. Paths, git state and driver text
@@ -139,7 +139,7 @@ def env_digest(env: Mapping[str, Any]) -> str:
         return cur
 
     devices = env.get("devices") or []
-    basis = {
+    return {
         "python": get("python", "version"),
         "torch": get("torch", "version"),
         "cuda": get("torch", "cuda"),
@@ -153,6 +153,11 @@ def env_digest(env: Mapping[str, Any]) -> str:
         "hostname": env.get("hostname"),
         "runner_name": env.get("runner_name"),
     }
+
+
+def env_digest(env: Mapping[str, Any]) -> str:
+    """A short stable hash of :func:`env_basis`: equal digests, comparable environments."""
+    basis = env_basis(env)
     text = json.dumps(basis, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -1,0 +1,171 @@
+"""``harness compare``: base vs head on this runner (or two saved runs), one verdict per case."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.cli.suite import add_suite_args
+from harness.errors import UsageError
+
+COMPARE_EXAMPLE = """\
+examples:
+  harness compare --base main --head HEAD                 # every case, this repository
+  harness compare --base v1.2 --head HEAD -k t2va-int8 --rounds 7 --budget 600
+  harness compare --base main --head HEAD --repo ../my-target --code-root src
+  harness compare --aa main                                # calibrate this runner's noise
+  harness compare reports/run-a reports/run-b              # two saved runs
+
+exit codes: 0 no regression or new failure; 1 a regression or new failure (with --strict
+also inconclusive, suspect, flaky, missing); 2 usage; 3 infrastructure.
+"""
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "compare",
+        help="compare base and head on this runner (interleaved rounds)",
+        description="Check both revisions out as git worktrees, run the selected cases for both "
+        "interleaved (A B B A) on this runner, and write <out>/<id>/comparison.json and "
+        "summary.md beside base/ and head/ run folders. With two saved run folders and no "
+        "--base/--head, compare those instead.",
+        epilog=COMPARE_EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_suite_args(p)
+    p.add_argument("--base", metavar="REV", help="base revision (any git revision)")
+    p.add_argument("--head", metavar="REV", help="head revision (default: HEAD)")
+    p.add_argument("--aa", metavar="REV", help="run REV against itself and store its noise")
+    p.add_argument(
+        "--repo",
+        type=Path,
+        default=Path("."),
+        metavar="PATH",
+        help="repository of the code under test (default: this one)",
+    )
+    p.add_argument(
+        "--code-root",
+        action="append",
+        dest="code_roots",
+        metavar="DIR",
+        help="import root relative to the repository (repeatable; default: targets/tinyav)",
+    )
+    p.add_argument(
+        "--cases-from",
+        choices=("working", "head"),
+        default="working",
+        help="case files from the working copy (default) or from head's checkout",
+    )
+    p.add_argument("--rounds", type=int, metavar="N", help="most rounds per batch (default 7)")
+    p.add_argument("--budget", type=float, metavar="SECONDS", help="time budget for rounds")
+    p.add_argument(
+        "--delta", type=float, metavar="FRACTION", help="latency margin (default 0.05 = 5 %%)"
+    )
+    p.add_argument("--strict", action="store_true", help="inconclusive and suspect fail too")
+    p.add_argument(
+        "--no-confirm", action="store_true", help="do not confirm regressions with a fresh batch"
+    )
+    p.add_argument(
+        "--allow-different-env",
+        action="store_true",
+        help="compare saved runs whose environments differ",
+    )
+    p.add_argument("--out", type=Path, default=Path("reports"), metavar="DIR")
+    p.add_argument("--id", dest="comparison_id", metavar="ID", help="name of the output folder")
+    p.add_argument(
+        "--references", type=Path, default=Path("references"), metavar="DIR", help="references"
+    )
+    p.add_argument(
+        "--noise-dir",
+        type=Path,
+        default=Path("runners/noise"),
+        metavar="DIR",
+        help="where calibrated noise is read and --aa writes it (default: runners/noise)",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=main)
+
+
+def looks_for(rounds: int | None) -> tuple[int, ...]:
+    """Looks at 3, 5, 7 rounds, cut at ``rounds`` (which is always the last look)."""
+    if rounds is None:
+        return (3, 5, 7)
+    if rounds < 2:
+        raise UsageError(f"--rounds {rounds}: expected an integer >= 2")
+    return (*(n for n in (3, 5, 7) if n < rounds), rounds)
+
+
+def main(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from harness.compare.latency import LatencySettings
+    from harness.compare.run import CompareRequest, compare_reports, compare_revisions
+    from harness.platforms.profile import resolve_profile
+
+    if args.budget is not None and args.budget <= 0:
+        raise UsageError(f"--budget {args.budget}: expected a positive number of seconds")
+    if args.delta is not None and not 0 < args.delta < 10:
+        raise UsageError(f"--delta {args.delta}: expected a fraction such as 0.05")
+    profile = resolve_profile(args.runner, Path("runners"))
+    delta = args.delta if args.delta is not None else (profile.compare_delta or 0.05)
+    say = (lambda _l: None) if args.quiet else (lambda line: print(line, file=sys.stderr))
+    request = CompareRequest(
+        repo=args.repo,
+        case_paths=tuple(args.paths),
+        keyword=args.keyword,
+        platforms=tuple(args.platforms or ()),
+        cases_from=args.cases_from,
+        code_roots=tuple(args.code_roots or ["targets/tinyav"]),
+        out_root=args.out,
+        comparison_id=args.comparison_id,
+        profile=profile,
+        references_root=args.references,
+        latency=LatencySettings(
+            delta=delta, looks=looks_for(args.rounds), confirm=not args.no_confirm
+        ),
+        quality_margins=dict(profile.compare_margins),
+        budget_s=args.budget,
+        noise_dir=args.noise_dir,
+        argv=tuple(sys.argv),
+        progress=say,
+    )
+    if args.base is None and args.head is None and args.aa is None:
+        if len(args.paths) != 2 or not all(p.is_dir() for p in args.paths):
+            raise UsageError(
+                "expected --base REV [--head REV], --aa REV, or two saved run folders "
+                "(BASE_DIR HEAD_DIR)"
+            )
+        comparison = compare_reports(
+            args.paths[0],
+            args.paths[1],
+            request=replace(request, case_paths=()),
+            allow_different_env=args.allow_different_env,
+        )
+    else:
+        if args.aa is not None and (args.base or args.head):
+            raise UsageError("--aa REV runs one revision against itself: drop --base/--head")
+        if args.aa is None and args.base is None:
+            raise UsageError("--head needs --base REV")
+
+        def on_signal(signum: int, frame: object) -> None:
+            raise KeyboardInterrupt
+
+        old = signal.signal(signal.SIGTERM, on_signal)
+        try:
+            if args.aa is not None:
+                comparison = compare_revisions(args.aa, args.aa, request=request, aa=True)
+            else:
+                comparison = compare_revisions(args.base, args.head or "HEAD", request=request)
+        finally:
+            signal.signal(signal.SIGTERM, old)
+    out_dir = args.out / comparison.id
+    for c in comparison.cases:
+        print(f"  {c.verdict:20} {c.name}" + (f": {c.reason}" if c.reason else ""), file=sys.stderr)
+    for e in comparison.infra_errors:
+        print(f"  harness  {e}", file=sys.stderr)
+    counts = ", ".join(f"{v} {k}" for k, v in comparison.counts().items() if v)
+    print(f"{out_dir}/comparison.json: {counts}", file=sys.stderr)
+    return comparison.exit_code(strict=args.strict)

@@ -1,0 +1,405 @@
+"""The comparison engine's public entry points.
+
+- :func:`compare_revisions`: check base and head out as git worktrees, run the selected cases
+  for both interleaved on this runner (sequential looks, confirmation), judge every case, and
+  write ``<out>/<id>/comparison.json`` (+ ``summary.md``) beside ``base/`` and ``head/``
+  (each a normal run folder with ``report.json``).
+- :func:`compare_reports`: the same judgement over two saved runs, refusing (``not_comparable``)
+  when their environments differ unless allowed.
+
+Example::
+
+    comparison = compare_revisions("main", "HEAD", request=CompareRequest(keyword="t2va-int8"))
+    comparison.exit_code()   # 1 on a regression or new failure
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from harness.cases import PlanItem, build_plan, load_suite
+from harness.compare.judge import judge_case
+from harness.compare.latency import LatencySettings, decide_stages
+from harness.compare.noise import calibrate, load_noise, noise_path, store_noise
+from harness.compare.session import Session
+from harness.compare.worktree import Checkouts, resolve
+from harness.errors import UsageError
+from harness.execution.executor import SideSpec
+from harness.execution.paired import PairedRunner
+from harness.execution.run import RunOptions, check_run_id, new_run_id
+from harness.fsio import write_json_atomic, write_text_atomic
+from harness.model import (
+    Attempt,
+    CaseComparison,
+    CaseResult,
+    Comparison,
+    LoadError,
+    RunReport,
+    Side,
+    SideInfo,
+)
+from harness.platforms.profile import Profile
+from harness.report.comparison_md import comparison_markdown
+from harness.report.io import write_run
+from harness.worker.envinfo import env_basis, env_digest
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class CompareRequest:
+    """What to compare and how (everything but the two revisions)."""
+
+    repo: Path = Path(".")
+    case_paths: tuple[Path, ...] = ()
+    keyword: str | None = None
+    platforms: tuple[str, ...] = ()
+    cases_from: str = "working"  # or "head": case files from head's checkout
+    code_roots: tuple[str, ...] = ("targets/tinyav",)  # relative to each checkout
+    out_root: Path = Path("reports")
+    comparison_id: str | None = None
+    profile: Profile = field(default_factory=Profile)
+    references_root: Path | None = Path("references")
+    latency: LatencySettings = field(default_factory=LatencySettings)
+    quality_margins: Mapping[str, float] = field(default_factory=dict)
+    budget_s: float | None = None
+    noise_dir: Path | None = Path("runners/noise")
+    python: str | None = None
+    argv: tuple[str, ...] = ()
+    progress: Say | None = None
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat()
+
+
+def _code_files(report: RunReport) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for c in report.cases:
+        for a in c.attempts:
+            f = a.notes.get("harness.target_file")
+            if isinstance(f, str):
+                out.setdefault(c.id, f)
+    return out
+
+
+def _relocate(report: RunReport, prefix: str) -> RunReport:
+    """Output paths relative to the side's folder (they were relative to the comparison's)."""
+
+    def fix(a: Attempt) -> Attempt:
+        outputs = {
+            k: {**v, "path": f"{prefix}/{v['path']}"} if v.get("path") else dict(v)
+            for k, v in a.outputs.items()
+        }
+        return replace(a, outputs=outputs)
+
+    cases = tuple(replace(c, attempts=tuple(fix(a) for a in c.attempts)) for c in report.cases)
+    return replace(report, cases=cases)
+
+
+def env_differences(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[str]:
+    """The fields of the environment fingerprint (less the code under test) that differ."""
+    b, h = env_basis(base), env_basis(head)
+    return sorted(k for k in b if b[k] != h.get(k))
+
+
+def _items(request: CompareRequest, cases_root: Path | None) -> tuple[list[PlanItem], list[Any]]:
+    paths = list(request.case_paths) or [Path("cases")]
+    if cases_root is not None:
+        paths = [p if p.is_absolute() else cases_root / p for p in paths]
+    suite = load_suite(paths)
+    platforms = list(request.platforms) or [request.profile.platform]
+    return build_plan(suite.cases, platforms, request.keyword), list(suite.errors)
+
+
+def _finish(
+    comparison_id: str,
+    out_dir: Path,
+    reports: Mapping[Side, RunReport],
+    cases: Sequence[CaseComparison],
+    request: CompareRequest,
+    revs: Mapping[Side, str | None],
+    *,
+    started_at: str,
+    rounds: int,
+    noise_source: str | None,
+    same_runner: bool,
+    differences: Sequence[str] = (),
+    allowed: bool = False,
+) -> Comparison:
+    sides = {}
+    for side, rep in reports.items():
+        sides[side] = SideInfo(
+            rev=revs.get(side),
+            run_id=rep.run_id,
+            env_digest=env_digest(rep.env),
+            sha=(rep.env.get("git") or {}).get("sha") if isinstance(rep.env, Mapping) else None,
+            report=f"{side}/report.json",
+            code_files=_code_files(rep),
+        )
+    lat = request.latency
+    comparison = Comparison(
+        id=comparison_id,
+        base=sides["base"],
+        head=sides["head"],
+        same_runner=same_runner,
+        cases=tuple(cases),
+        runner=request.profile.name,
+        rounds=rounds,
+        started_at=started_at,
+        finished_at=_now(),
+        argv=request.argv,
+        env_differences=tuple(differences),
+        allowed_different_env=allowed,
+        noise_source=noise_source,
+        settings={
+            "delta": lat.delta,
+            "alpha": lat.alpha,
+            "looks": list(lat.looks),
+            "confirm": lat.confirm,
+            "min_stage_s": lat.min_stage_s,
+            "quality_margins": dict(request.quality_margins),
+            "budget_s": request.budget_s,
+        },
+        infra_errors=tuple(e for r in reports.values() for e in r.infra_errors),
+    )
+    write_comparison(comparison, out_dir)
+    return comparison
+
+
+def write_comparison(comparison: Comparison, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out_dir / "comparison.json", comparison.to_json())
+    write_text_atomic(out_dir / "summary.md", comparison_markdown(comparison))
+
+
+def compare_revisions(
+    base: str, head: str, *, request: CompareRequest, aa: bool = False
+) -> Comparison:
+    """Run ``base`` and ``head`` of ``request.repo`` interleaved here and judge every case.
+
+    With ``aa`` (``head == base``), also store per case and stage noise in
+    ``<noise_dir>/<runner>.json``.
+    """
+    say = request.progress or (lambda _l: None)
+    started = _now()
+    comparison_id = check_run_id(request.comparison_id) if request.comparison_id else new_run_id()
+    with Checkouts(request.repo) as co:
+        shas = {"base": resolve(co.repo, base), "head": resolve(co.repo, head)}
+        base_dir = co.add(shas["base"], "base")
+        head_dir = base_dir if aa and shas["head"] == shas["base"] else co.add(shas["head"], "head")
+        for side, d in (("base", base_dir), ("head", head_dir)):
+            missing = [r for r in request.code_roots if not (d / r).is_dir()]
+            if missing:
+                raise UsageError(
+                    f"{side} ({shas[side][:12]}): code root(s) {missing} do not exist in that "
+                    f"revision of {co.repo} (pass --code-root relative to the repository)"
+                )
+        items, load_errors = _items(request, head_dir if request.cases_from == "head" else None)
+        if not items:
+            raise UsageError("no case selected (check the paths and -k)")
+        noise_file = (
+            noise_path(request.noise_dir, request.profile.name) if request.noise_dir else None
+        )
+        noise = load_noise(noise_file) if noise_file is not None and not aa else {}
+        latency = replace(request.latency, noise=noise) if noise else request.latency
+        python = request.python or os.environ.get("HARNESS_PYTHON") or _python()
+        dirs: dict[Side, Path] = {"base": base_dir, "head": head_dir}
+        sides: dict[Side, SideSpec] = {
+            side: SideSpec(
+                side,
+                tuple(str((d / r).resolve()) for r in request.code_roots),
+                python=python,
+                cwd=str(Path.cwd()),
+                rev=shas[side],
+            )
+            for side, d in dirs.items()
+        }
+        runner = PairedRunner(
+            RunOptions(
+                profile=request.profile,
+                out_root=request.out_root,
+                run_id=comparison_id,
+                references_root=str(request.references_root.resolve())
+                if request.references_root is not None and request.references_root.is_dir()
+                else None,
+                argv=request.argv,
+                cwd=str(Path.cwd()),
+                progress=say,
+                budget_s=request.budget_s,
+            ),
+            sides,
+        )
+        say(
+            f"compare {comparison_id}: base {shas['base'][:12]} vs head {shas['head'][:12]}, "
+            f"{len(items)} case(s) -> {runner.run_dir}"
+        )
+        session = Session(runner, items, latency, budget_s=request.budget_s, say=say)
+        try:
+            if aa:
+                runner.run_rounds(items, max(latency.looks))
+            else:
+                session.run()
+        finally:
+            errors = tuple(LoadError(e.path, str(e)) for e in load_errors)
+            reports = {
+                side: _relocate(rep, "..") for side, rep in runner.reports(items, errors).items()
+            }
+            for side, rep in reports.items():
+                write_run(rep, runner.run_dir / side, latest=False)
+    out_dir = runner.run_dir
+    cases = []
+    for item in items:
+        b, h = _find(reports["base"], item), _find(reports["head"], item)
+        if aa:
+            stages = decide_stages(b.attempts, h.attempts, latency, case=item.name)
+        elif item.name in session.states:
+            stages = session.states[item.name].stages()
+        else:
+            stages = []
+        cases.append(
+            judge_case(
+                b,
+                h,
+                case=item.case,
+                latency=stages,
+                base_root=out_dir / "base",
+                head_root=out_dir / "head",
+                profile_margins=request.quality_margins,
+                alpha=latency.alpha,
+                rounds=len({a.round for a in h.attempts if not a.warmup}),
+            )
+        )
+    if aa and noise_file is not None:
+        figures = calibrate(
+            {
+                i.name: (_find(reports["base"], i).attempts, _find(reports["head"], i).attempts)
+                for i in items
+            }
+        )
+        store_noise(noise_file, request.profile.name, shas["base"], figures)
+        say(f"noise for {len(figures)} case(s) -> {noise_file}")
+    differences = env_differences(reports["base"].env, reports["head"].env)
+    return _finish(
+        comparison_id,
+        out_dir,
+        reports,
+        cases,
+        request,
+        {"base": base, "head": head},
+        started_at=started,
+        rounds=runner.next_round,
+        noise_source=str(noise_file) if noise and noise_file else None,
+        same_runner=not differences,
+        differences=differences,
+    )
+
+
+def _find(report: RunReport, item: PlanItem) -> CaseResult:
+    for c in report.cases:
+        if c.id == item.case.id and c.platform == item.platform:
+            return c
+    raise AssertionError(f"{item.name}: not in report {report.run_id}")
+
+
+def _python() -> str:
+    import sys
+
+    return sys.executable
+
+
+def compare_reports(
+    base_dir: Path,
+    head_dir: Path,
+    *,
+    request: CompareRequest,
+    allow_different_env: bool = False,
+) -> Comparison:
+    """Judge two saved run folders (``harness run`` outputs) against each other.
+
+    Their environment fingerprints (less the code under test) must match; otherwise every case
+    is ``not_comparable`` and ``env_differences`` names the fields, unless
+    ``allow_different_env``. Latency uses every measured repeat (no confirmation batch: the
+    runs are over), so a regression found here is not confirmed.
+    """
+    from harness.report.io import read_report
+
+    started = _now()
+    reports: dict[Side, RunReport] = {"base": read_report(base_dir), "head": read_report(head_dir)}
+    roots = {
+        "base": base_dir if base_dir.is_dir() else base_dir.parent,
+        "head": head_dir if head_dir.is_dir() else head_dir.parent,
+    }
+    differences = env_differences(reports["base"].env, reports["head"].env)
+    comparable = not differences or allow_different_env
+    comparison_id = check_run_id(request.comparison_id) if request.comparison_id else new_run_id()
+    out_dir = request.out_root / comparison_id
+    noise = {}
+    if request.noise_dir is not None:
+        noise = load_noise(noise_path(request.noise_dir, reports["head"].runner or "cpu"))
+    latency = replace(request.latency, noise=noise) if noise else request.latency
+    head_cases = {(c.id, c.platform): c for c in reports["head"].cases}
+    base_cases = {(c.id, c.platform): c for c in reports["base"].cases}
+    cases = []
+    for key in [*base_cases, *(k for k in head_cases if k not in base_cases)]:
+        b, h = base_cases.get(key), head_cases.get(key)
+        stages = (
+            decide_stages(b.attempts, h.attempts, latency, case=h.name)
+            if b is not None and h is not None
+            else []
+        )
+        c = judge_case(
+            b,
+            h,
+            case=None,
+            latency=stages,
+            base_root=roots["base"],
+            head_root=roots["head"],
+            profile_margins=request.quality_margins,
+            alpha=latency.alpha,
+            rounds=len(h.attempts) if h else 0,
+        )
+        if not comparable:
+            c = replace(
+                c,
+                verdict="not_comparable",
+                reason=f"environments differ in {', '.join(differences)}; "
+                "rerun both on one runner or pass --allow-different-env",
+            )
+        elif b is None or h is None:
+            c = replace(c, verdict="missing", reason=f"only in {'head' if b is None else 'base'}")
+        cases.append(c)
+    comparison = Comparison(
+        id=comparison_id,
+        base=SideInfo(
+            None,
+            reports["base"].run_id,
+            env_digest(reports["base"].env),
+            report=str(base_dir),
+            code_files=_code_files(reports["base"]),
+        ),
+        head=SideInfo(
+            None,
+            reports["head"].run_id,
+            env_digest(reports["head"].env),
+            report=str(head_dir),
+            code_files=_code_files(reports["head"]),
+        ),
+        same_runner=not differences,
+        cases=tuple(cases),
+        runner=reports["head"].runner,
+        rounds=0,
+        started_at=started,
+        finished_at=_now(),
+        argv=request.argv,
+        env_differences=tuple(differences),
+        allowed_different_env=allow_different_env,
+        settings={"delta": latency.delta, "alpha": latency.alpha},
+    )
+    write_comparison(comparison, out_dir)
+    return comparison
