@@ -4,7 +4,7 @@ Walks, in the order the target recorded them, the hashes of the decoded inputs, 
 fingerprints of intermediate tensors, then the outputs, and reports the first that differs:
 
 - ``inputs``: a decoded input, or a fingerprint of the initial noise (a name ending in
-  ``.init`` or holding ``noise``), differs: input or runtime drift, not a model change;
+  ``.init``, or with a ``noise`` part, as in ``latents.noise``; ``denoise`` is not one), differs: input or runtime drift, not a model change;
 - ``nonfinite``: the first differing fingerprint holds NaN/Inf (``detail.side`` says where);
 - ``stage``: the first differing fingerprint, with its min/max/mean deltas (a lower bound of
   the largest absolute difference) and the step when its name carries one;
@@ -24,8 +24,8 @@ _STEP = re.compile(r"step[_-]?(\d+)", re.IGNORECASE)
 
 def is_input_like(name: str) -> bool:
     """Fingerprints that record what goes in (initial noise), not what the model computed."""
-    low = name.lower()
-    return low.endswith(".init") or "noise" in low or low.startswith("input.")
+    parts = re.split(r"[._/-]", name.lower())
+    return parts[-1] == "init" or "noise" in parts or parts[0] == "input"
 
 
 def pick(attempts: Sequence[Attempt]) -> Attempt | None:

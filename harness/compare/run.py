@@ -70,6 +70,7 @@ class CompareRequest:
     budget_s: float | None = None
     noise_dir: Path | None = Path("runners/noise")
     python: str | None = None
+    warmup: int = 1  # at least this many warm-up runs per case and side
     argv: tuple[str, ...] = ()
     progress: Say | None = None
 
@@ -203,6 +204,12 @@ def compare_revisions(
         items, load_errors = _items(request, head_dir if request.cases_from == "head" else None)
         if not items:
             raise UsageError("no case selected (check the paths and -k)")
+        # One warm-up per side at least: a cold first run (lazy imports, allocator, caches)
+        # would otherwise land on whichever side goes first in round 0.
+        items = [
+            replace(i, case=replace(i.case, warmup=max(i.case.warmup, request.warmup)))
+            for i in items
+        ]
         noise_file = (
             noise_path(request.noise_dir, request.profile.name) if request.noise_dir else None
         )
@@ -251,6 +258,7 @@ def compare_revisions(
                 side: _relocate(rep, "..") for side, rep in runner.reports(items, errors).items()
             }
             for side, rep in reports.items():
+                (runner.run_dir / side).mkdir(parents=True, exist_ok=True)
                 write_run(rep, runner.run_dir / side, latest=False)
     out_dir = runner.run_dir
     cases = []
