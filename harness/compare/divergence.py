@@ -4,7 +4,8 @@ Walks, in the order the target recorded them, the hashes of the decoded inputs, 
 fingerprints of intermediate tensors, then the outputs, and reports the first that differs:
 
 - ``inputs``: a decoded input, or a fingerprint of the initial noise (a name ending in
-  ``.init``, or with a ``noise`` part, as in ``latents.noise``; ``denoise`` is not one), differs: input or runtime drift, not a model change;
+  ``.init``, or with a ``noise`` part as in ``latents.noise``; ``denoise`` is not one),
+  differs: input or runtime drift, not a model change;
 - ``nonfinite``: the first differing fingerprint holds NaN/Inf (``detail.side`` says where);
 - ``stage``: the first differing fingerprint, with its min/max/mean deltas (a lower bound of
   the largest absolute difference) and the step when its name carries one;

@@ -28,9 +28,10 @@ def _pct(x: float | None) -> str:
 
 
 def _latency_line(c: CaseComparison) -> str:
-    shown = [s for s in c.latency if s.judged and s.verdict != "no_change"]
+    """The stages that moved (regression, suspect, improvement); else the verdict and count."""
+    judged = [s for s in c.latency if s.judged]
+    shown = [s for s in judged if s.verdict in ("regression", "suspect", "improvement")]
     if not shown:
-        judged = [s for s in c.latency if s.judged]
         return f"{c.latency_verdict} ({len(judged)} stage(s))" if judged else c.latency_verdict
     return "; ".join(
         f"{s.stage} {s.verdict} {_pct(s.ratio)} [{_pct(s.ci_low)}, {_pct(s.ci_high)}]"

@@ -16,7 +16,12 @@ from typing import Any
 from harness.errors import ReportFormatError
 from harness.model import SCHEMA_VERSION
 
-__all__ = ["load_report_schema", "validate_report"]
+__all__ = [
+    "load_comparison_schema",
+    "load_report_schema",
+    "validate_comparison",
+    "validate_report",
+]
 
 _SCHEMA_FILE = "report.schema.json"
 
@@ -83,3 +88,27 @@ def _json_path(parts: Iterable[Any]) -> str:
         else:
             out += f"[{json.dumps(str(p))}]"
     return out
+
+
+_COMPARISON_SCHEMA_FILE = "comparison.schema.json"
+
+
+@functools.cache
+def load_comparison_schema() -> dict[str, Any]:
+    """The comparison JSON Schema (draft 2020-12), read from ``harness/report/schemas/``."""
+    text = (resources.files("harness.report") / "schemas" / _COMPARISON_SCHEMA_FILE).read_text(
+        "utf-8"
+    )
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+def validate_comparison(doc: Any) -> None:
+    """Raise :class:`ReportFormatError` naming the JSON path of the first problem in ``doc``."""
+    import jsonschema
+    from jsonschema.exceptions import best_match
+
+    validator = jsonschema.Draft202012Validator(load_comparison_schema())
+    error = best_match(validator.iter_errors(doc))
+    if error is not None:
+        raise ReportFormatError(f"comparison: {_json_path(error.absolute_path)}: {error.message}")

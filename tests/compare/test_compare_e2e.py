@@ -20,6 +20,9 @@ from typing import Any
 
 import pytest
 
+from harness.model import Comparison
+from harness.report.schema import validate_comparison
+
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
@@ -145,6 +148,8 @@ def compare(scratch: dict[str, Any], head: str, *extra: str) -> tuple[int, dict[
     path = scratch["runs"] / head / "comparison.json"
     assert path.is_file(), proc.stderr[-4000:]
     doc = json.loads(path.read_text())
+    validate_comparison(doc)  # the published schema holds every comparison.json written
+    assert Comparison.from_json(doc).to_json() == doc
     assert (scratch["runs"] / head / "base" / "report.json").is_file()
     assert (scratch["runs"] / head / "head" / "report.json").is_file()
     assert (scratch["runs"] / head / "summary.md").is_file()
