@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from harness.cli import compare, plan, refs, report, run
+from harness.cli import bisect, compare, plan, refs, report, run
 from harness.errors import HarnessError
 
 EXAMPLES = """\
@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in (run, compare, plan, report):
+    for module in (run, compare, bisect, plan, report):
         module.add_parser(sub)
     refs.add_parser(sub)
     return parser

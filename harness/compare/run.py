@@ -58,6 +58,7 @@ class CompareRequest:
     repo: Path = Path(".")
     case_paths: tuple[Path, ...] = ()
     keyword: str | None = None
+    case_ids: tuple[str, ...] = ()  # only these cases (by id or display name)
     platforms: tuple[str, ...] = ()
     cases_from: str = "working"  # or "head": case files from head's checkout
     code_roots: tuple[str, ...] = ("targets/tinyav",)  # relative to each checkout
@@ -115,7 +116,11 @@ def _items(request: CompareRequest, cases_root: Path | None) -> tuple[list[PlanI
         paths = [p if p.is_absolute() else cases_root / p for p in paths]
     suite = load_suite(paths)
     platforms = list(request.platforms) or [request.profile.platform]
-    return build_plan(suite.cases, platforms, request.keyword), list(suite.errors)
+    items = build_plan(suite.cases, platforms, request.keyword)
+    if request.case_ids:
+        wanted = set(request.case_ids)
+        items = [i for i in items if i.case.id in wanted or i.name in wanted]
+    return items, list(suite.errors)
 
 
 def _finish(
@@ -347,9 +352,11 @@ def compare_reports(
     comparable = not differences or allow_different_env
     comparison_id = check_run_id(request.comparison_id) if request.comparison_id else new_run_id()
     out_dir = request.out_root / comparison_id
-    noise = {}
+    noise: dict[str, dict[str, float]] = {}
+    noise_file = None
     if request.noise_dir is not None:
-        noise = load_noise(noise_path(request.noise_dir, reports["head"].runner or "cpu"))
+        noise_file = noise_path(request.noise_dir, reports["head"].runner or "cpu")
+        noise = load_noise(noise_file)
     latency = replace(request.latency, noise=noise) if noise else request.latency
     head_cases = {(c.id, c.platform): c for c in reports["head"].cases}
     base_cases = {(c.id, c.platform): c for c in reports["base"].cases}
@@ -407,6 +414,7 @@ def compare_reports(
         argv=request.argv,
         env_differences=tuple(differences),
         allowed_different_env=allow_different_env,
+        noise_source=str(noise_file) if noise and noise_file else None,
         settings={"delta": latency.delta, "alpha": latency.alpha},
     )
     write_comparison(comparison, out_dir)

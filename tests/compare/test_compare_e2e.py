@@ -273,3 +273,130 @@ def test_g_adaln_chunk_swap_passes_every_threshold_but_regresses_against_base(
     assert c["verdict"] == "regression"
     assert c["divergence"]["kind"] == "stage" and c["divergence"]["first"] == "denoise.step00"
     assert code == 1, err[-2000:]
+
+
+def run_cli(scratch: dict[str, Any], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args],
+        cwd=scratch["work"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+
+
+def test_aa_calibration_stores_noise_that_later_comparisons_use(scratch: Any) -> None:
+    noise_dir = scratch["runs"] / "aa-noise"
+    proc = run_cli(
+        scratch,
+        "compare",
+        "--aa",
+        "base",
+        "--repo",
+        str(scratch["repo"]),
+        *K,
+        "--rounds",
+        "3",
+        "--references",
+        str(REPO / "references"),
+        "--runner",
+        str(REPO / "runners" / "cpu.toml"),
+        "--noise-dir",
+        str(noise_dir),
+        "--out",
+        str(scratch["runs"]),
+        "--id",
+        "aa",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    noise = json.loads((noise_dir / "cpu.json").read_text())
+    assert noise["runner"] == "cpu" and noise["rev"] == git(scratch["repo"], "rev-parse", "base")
+    stages = noise["cases"][CASE]
+    assert {"DenoisingStage", "total"} <= set(stages)
+    assert all(v["noise"] >= 0 and v["n"] == 3 for v in stages.values())
+    aa = json.loads((scratch["runs"] / "aa" / "comparison.json").read_text())
+    assert case(aa)["verdict"] != "regression"
+    # a later comparison on this runner class widens each stage's margin to 2 x its noise
+    proc = run_cli(
+        scratch,
+        "compare",
+        str(scratch["runs"] / "aa" / "base"),
+        str(scratch["runs"] / "aa" / "head"),
+        "--noise-dir",
+        str(noise_dir),
+        "--out",
+        str(scratch["runs"]),
+        "--id",
+        "aa-again",
+    )
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    again = json.loads((scratch["runs"] / "aa-again" / "comparison.json").read_text())
+    assert again["noise_source"] == str(noise_dir / "cpu.json")
+    for s in case(again)["latency"]:
+        want = stages[s["stage"]]["noise"]
+        assert s["noise"] == pytest.approx(want)
+        assert s["margin"] == pytest.approx(max(0.05, 2 * want))
+
+
+def test_bisect_finds_a_planted_bad_commit_among_nine_and_skips_one_that_does_not_build(
+    scratch: Any,
+) -> None:
+    repo = scratch["repo"]
+    git(repo, "checkout", "-q", "-b", "history", "base")
+    pkg = repo / "targets" / "tinyav" / "tinyav"
+    subjects = []
+    for i in range(1, 10):
+        if i == 6:  # does not build; fixed by the next commit
+            edit(pkg / "pipeline.py", "import math\n", "import math\ndef broken(:\n")
+            subjects.append("break the build")
+        elif i == 7:
+            edit(pkg / "pipeline.py", "import math\ndef broken(:\n", "import math\n")
+            subjects.append("fix the build")
+        elif i == 8:
+            file, old, new = HEADS["adaln-swap"]
+            edit(pkg / file, old, new)
+            subjects.append("the planted regression")
+        else:
+            (repo / "NOTES.txt").write_text(f"note {i}\n")
+            subjects.append(f"note {i}")
+        git(repo, "add", "-A")
+        git(repo, "commit", "-qm", subjects[-1])
+    planted = git(repo, "rev-parse", "HEAD~1")
+    broken = git(repo, "rev-parse", "HEAD~3")
+    git(repo, "checkout", "-q", "base")
+    proc = run_cli(
+        scratch,
+        "bisect",
+        "t2va-int8",
+        "--good",
+        "base",
+        "--bad",
+        "history",
+        "--repo",
+        str(repo),
+        "--rounds",
+        "2",
+        "--references",
+        str(REPO / "references"),
+        "--runner",
+        str(REPO / "runners" / "cpu.toml"),
+        "--noise-dir",
+        str(scratch["runs"]),
+        "--out",
+        str(scratch["runs"]),
+        "-q",
+        "--cases",
+        "cases/t2va.toml",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout
+    assert f"first bad commit: {planted}" in proc.stdout
+    assert "the planted regression" in proc.stdout and "regression" in proc.stdout
+    doc = json.loads(next(scratch["runs"].glob("bisect-*/bisect.json")).read_text())
+    assert doc["first_bad"] == planted
+    assert broken in doc["skipped"]
+    tested = [s["sha"] for s in doc["steps"]]
+    assert len(tested) <= 5  # binary search, not a walk over all nine
+    evidence = next(s for s in doc["steps"] if s["sha"] == planted)
+    assert evidence["status"] == "bad" and evidence["verdict"] == "regression"
+    assert Path(evidence["comparison"], "comparison.json").is_file()

@@ -1,0 +1,99 @@
+"""``harness bisect``: the first bad commit of one case, judged by the comparison engine."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+BISECT_EXAMPLE = """\
+examples:
+  harness bisect --good v1.2 --bad HEAD t2va-int8
+  harness bisect --good main~20 --bad main --repo ../my-target --code-root src t2va-int8
+
+A step is bad when the case fails or regresses against the good commit; commits that do not
+build (code roots missing, SyntaxError/ImportError) are skipped and recorded in bisect.json.
+exit codes: 0 first bad commit found; 1 none found (or hidden by skipped commits); 2 usage.
+"""
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "bisect",
+        help="find the first commit where a case fails or regresses",
+        description="Binary search over the commits between --good and --bad, comparing each "
+        "step against --good on this runner with the same verdict engine as `harness compare`.",
+        epilog=BISECT_EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("case", metavar="CASE", help="case id (or display name) to bisect")
+    p.add_argument(
+        "--cases",
+        action="append",
+        dest="paths",
+        type=Path,
+        default=[],
+        metavar="PATH",
+        help="case files or folders (repeatable; default: cases/)",
+    )
+    p.add_argument("--platform", action="append", dest="platforms", metavar="NAME")
+    p.add_argument("--runner", metavar="PROFILE", help="runner profile (default: cpu)")
+    p.add_argument("--good", required=True, metavar="REV")
+    p.add_argument("--bad", required=True, metavar="REV")
+    p.add_argument("--repo", type=Path, default=Path("."), metavar="PATH")
+    p.add_argument("--code-root", action="append", dest="code_roots", metavar="DIR")
+    p.add_argument("--rounds", type=int, metavar="N", help="most rounds per batch (default 7)")
+    p.add_argument("--delta", type=float, metavar="FRACTION", help="latency margin")
+    p.add_argument("--out", type=Path, default=Path("reports"), metavar="DIR")
+    p.add_argument("--references", type=Path, default=Path("references"), metavar="DIR")
+    p.add_argument("--noise-dir", type=Path, default=Path("runners/noise"), metavar="DIR")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    from harness.cli.compare import looks_for
+    from harness.compare.bisect import bisect, evidence
+    from harness.compare.latency import LatencySettings
+    from harness.compare.run import CompareRequest
+    from harness.platforms.profile import resolve_profile
+
+    profile = resolve_profile(args.runner, Path("runners"))
+    say = (lambda _l: None) if args.quiet else (lambda line: print(line, file=sys.stderr))
+    request = CompareRequest(
+        repo=args.repo,
+        case_paths=tuple(args.paths),
+        platforms=tuple(args.platforms or ()),
+        code_roots=tuple(args.code_roots or ["targets/tinyav"]),
+        out_root=args.out,
+        profile=profile,
+        references_root=args.references,
+        latency=LatencySettings(
+            delta=args.delta if args.delta is not None else (profile.compare_delta or 0.05),
+            looks=looks_for(args.rounds),
+        ),
+        quality_margins=dict(profile.compare_margins),
+        noise_dir=args.noise_dir,
+        argv=tuple(sys.argv),
+        progress=lambda line: say(f"  {line}") if line.startswith(("bisect", "compare")) else None,
+    )
+    result = bisect(args.good, args.bad, args.case, request=request, say=say)
+    for s in result.steps:
+        print(f"  {s.status:5} {s.sha[:12]} {s.subject}: {s.verdict or '-'}", file=sys.stderr)
+    if result.first_bad is None:
+        if result.candidates:
+            print(
+                "first bad commit is one of (skipped commits hide it): "
+                + ", ".join(c[:12] for c in result.candidates)
+            )
+        else:
+            print(f"no bad commit: {args.case} neither fails nor regresses up to {args.bad}")
+        return 1
+    step = evidence(result)
+    print(f"first bad commit: {result.first_bad}")
+    if step is not None:
+        print(f"  {step.subject}")
+        print(f"  verdict: {step.verdict}: {step.reason}")
+        print(f"  evidence: {step.comparison}/comparison.json")
+    return 0
