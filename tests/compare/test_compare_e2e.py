@@ -254,6 +254,14 @@ def test_e_f_shared_failure_is_pre_existing_and_an_unchanged_head_is_no_change(
     files = doc["base"]["code_files"]["t2va-int8"], doc["head"]["code_files"]["t2va-int8"]
     assert files[0] != files[1] and all("targets/tinyav" in f for f in files)
     assert code == 0, err[-2000:]
+    # A B, B A, ... after the warm-ups, recorded as such in the write-ahead journal
+    journal = scratch["runs"] / "no-change" / "attempts.jsonl"
+    rows = [json.loads(line) for line in journal.read_text().splitlines()]
+    mine = [r for r in rows if r["case_id"] == "t2va-int8"]
+    warm = [r["side"] for r in mine if r["warmup"]]
+    measured = [(r["round"], r["side"]) for r in mine if not r["warmup"]]
+    assert sorted(warm) == ["base", "head"] and mine[0]["warmup"] and mine[1]["warmup"]
+    assert measured[:4] == [(0, "base"), (0, "head"), (1, "head"), (1, "base")]
     summary = (scratch["runs"] / "no-change" / "summary.md").read_text()
     assert "pre_existing_failure" in summary and "`pipeline/t2va-int8[cpu]`" in summary
 
