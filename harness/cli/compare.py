@@ -102,7 +102,8 @@ def main(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from harness.compare.latency import LatencySettings
-    from harness.compare.run import CompareRequest, compare_reports, compare_revisions
+    from harness.compare.run import CompareRequest, compare_revisions
+    from harness.compare.saved import compare_reports
     from harness.platforms.profile import resolve_profile
 
     if args.budget is not None and args.budget <= 0:

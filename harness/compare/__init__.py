@@ -1,7 +1,16 @@
-"""Comparison of base and head: statistics, verdicts, failure matrix, divergence.
+"""Floor 6: comparison of base and head on one runner.
 
-``harness.compare.stats`` holds the pure statistics of one latency comparison (Hodges-Lehmann
-shift with a distribution-free interval, exact one-sided Mann-Whitney U, the decision rule,
-noise calibration, Fisher's exact test for failure counts); ``harness.compare.sequential``
-holds the looks at 3, 5 and 7 rounds, the confirmation batch and the round scheduler.
+Public entry points:
+
+- :func:`harness.compare.run.compare_revisions` (``harness compare --base --head``): both
+  revisions checked out as git worktrees, run interleaved, judged -> a
+  :class:`~harness.model.Comparison` (also written as ``comparison.json`` + ``summary.md``);
+- :func:`harness.compare.saved.compare_reports` (``harness compare BASE_DIR HEAD_DIR``);
+- :func:`harness.compare.bisect.bisect` (``harness bisect``).
+
+Stages: ``stats`` (pure statistics) and ``sequential`` (looks at 3/5/7 rounds, confirmation,
+round scheduling); ``session`` carries the rounds out over a paired runner; ``latency``,
+``quality``, ``failures`` and ``divergence`` are the three findings and the first divergence;
+``judge`` combines them into one case verdict; ``noise`` stores and reads A/A calibration;
+``worktree`` checks revisions out.
 """

@@ -4,8 +4,7 @@
   for both interleaved on this runner (sequential looks, confirmation), judge every case, and
   write ``<out>/<id>/comparison.json`` (+ ``summary.md``) beside ``base/`` and ``head/``
   (each a normal run folder with ``report.json``).
-- :func:`compare_reports`: the same judgement over two saved runs, refusing (``not_comparable``)
-  when their environments differ unless allowed.
+- :func:`harness.compare.saved.compare_reports`: the same judgement over two saved runs.
 
 Example::
 
@@ -76,11 +75,11 @@ class CompareRequest:
     progress: Say | None = None
 
 
-def _now() -> str:
+def utc_now() -> str:
     return dt.datetime.now(dt.UTC).isoformat()
 
 
-def _code_files(report: RunReport) -> dict[str, str]:
+def side_code_files(report: RunReport) -> dict[str, str]:
     out: dict[str, str] = {}
     for c in report.cases:
         for a in c.attempts:
@@ -146,7 +145,7 @@ def _finish(
             env_digest=env_digest(rep.env),
             sha=(rep.env.get("git") or {}).get("sha") if isinstance(rep.env, Mapping) else None,
             report=f"{side}/report.json",
-            code_files=_code_files(rep),
+            code_files=side_code_files(rep),
         )
     lat = request.latency
     comparison = Comparison(
@@ -158,7 +157,7 @@ def _finish(
         runner=request.profile.name,
         rounds=rounds,
         started_at=started_at,
-        finished_at=_now(),
+        finished_at=utc_now(),
         argv=request.argv,
         env_differences=tuple(differences),
         allowed_different_env=allowed,
@@ -193,7 +192,7 @@ def compare_revisions(
     ``<noise_dir>/<runner>.json``.
     """
     say = request.progress or (lambda _l: None)
-    started = _now()
+    started = utc_now()
     comparison_id = check_run_id(request.comparison_id) if request.comparison_id else new_run_id()
     with Checkouts(request.repo) as co:
         shas = {"base": resolve(co.repo, base), "head": resolve(co.repo, head)}
@@ -324,98 +323,3 @@ def _python() -> str:
     import sys
 
     return sys.executable
-
-
-def compare_reports(
-    base_dir: Path,
-    head_dir: Path,
-    *,
-    request: CompareRequest,
-    allow_different_env: bool = False,
-) -> Comparison:
-    """Judge two saved run folders (``harness run`` outputs) against each other.
-
-    Their environment fingerprints (less the code under test) must match; otherwise every case
-    is ``not_comparable`` and ``env_differences`` names the fields, unless
-    ``allow_different_env``. Latency uses every measured repeat (no confirmation batch: the
-    runs are over), so a regression found here is not confirmed.
-    """
-    from harness.report.io import read_report
-
-    started = _now()
-    reports: dict[Side, RunReport] = {"base": read_report(base_dir), "head": read_report(head_dir)}
-    roots = {
-        "base": base_dir if base_dir.is_dir() else base_dir.parent,
-        "head": head_dir if head_dir.is_dir() else head_dir.parent,
-    }
-    differences = env_differences(reports["base"].env, reports["head"].env)
-    comparable = not differences or allow_different_env
-    comparison_id = check_run_id(request.comparison_id) if request.comparison_id else new_run_id()
-    out_dir = request.out_root / comparison_id
-    noise: dict[str, dict[str, float]] = {}
-    noise_file = None
-    if request.noise_dir is not None:
-        noise_file = noise_path(request.noise_dir, reports["head"].runner or "cpu")
-        noise = load_noise(noise_file)
-    latency = replace(request.latency, noise=noise) if noise else request.latency
-    head_cases = {(c.id, c.platform): c for c in reports["head"].cases}
-    base_cases = {(c.id, c.platform): c for c in reports["base"].cases}
-    cases = []
-    for key in [*base_cases, *(k for k in head_cases if k not in base_cases)]:
-        b, h = base_cases.get(key), head_cases.get(key)
-        stages = (
-            decide_stages(b.attempts, h.attempts, latency, case=h.name)
-            if b is not None and h is not None
-            else []
-        )
-        c = judge_case(
-            b,
-            h,
-            case=None,
-            latency=stages,
-            base_root=roots["base"],
-            head_root=roots["head"],
-            profile_margins=request.quality_margins,
-            alpha=latency.alpha,
-            rounds=len(h.attempts) if h else 0,
-        )
-        if not comparable:
-            c = replace(
-                c,
-                verdict="not_comparable",
-                reason=f"environments differ in {', '.join(differences)}; "
-                "rerun both on one runner or pass --allow-different-env",
-            )
-        elif b is None or h is None:
-            c = replace(c, verdict="missing", reason=f"only in {'head' if b is None else 'base'}")
-        cases.append(c)
-    comparison = Comparison(
-        id=comparison_id,
-        base=SideInfo(
-            None,
-            reports["base"].run_id,
-            env_digest(reports["base"].env),
-            report=str(base_dir),
-            code_files=_code_files(reports["base"]),
-        ),
-        head=SideInfo(
-            None,
-            reports["head"].run_id,
-            env_digest(reports["head"].env),
-            report=str(head_dir),
-            code_files=_code_files(reports["head"]),
-        ),
-        same_runner=not differences,
-        cases=tuple(cases),
-        runner=reports["head"].runner,
-        rounds=0,
-        started_at=started,
-        finished_at=_now(),
-        argv=request.argv,
-        env_differences=tuple(differences),
-        allowed_different_env=allow_different_env,
-        noise_source=str(noise_file) if noise and noise_file else None,
-        settings={"delta": latency.delta, "alpha": latency.alpha},
-    )
-    write_comparison(comparison, out_dir)
-    return comparison

@@ -14,7 +14,8 @@ from harness.compare.divergence import first_divergence, is_input_like
 from harness.compare.failures import failure_matrix
 from harness.compare.latency import LatencySettings, case_verdict, confirm, decide_stages
 from harness.compare.quality import quality_findings
-from harness.compare.run import CompareRequest, compare_reports
+from harness.compare.run import CompareRequest
+from harness.compare.saved import compare_reports
 from harness.fsio import write_array
 from harness.model import (
     Attempt,

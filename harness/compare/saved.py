@@ -1,0 +1,120 @@
+"""Comparing two saved run folders (``harness compare BASE_DIR HEAD_DIR``).
+
+The runs are over, so there is no interleaving and no confirmation batch: latency uses every
+measured repeat of each side, and a regression found here is not confirmed. Their environment
+fingerprints (less the code under test) must match; otherwise every case is
+``not_comparable`` and ``env_differences`` names the fields that differ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from harness.compare.judge import judge_case
+from harness.compare.latency import decide_stages
+from harness.compare.noise import load_noise, noise_path
+from harness.compare.run import (
+    CompareRequest,
+    env_differences,
+    side_code_files,
+    utc_now,
+    write_comparison,
+)
+from harness.execution.run import check_run_id, new_run_id
+from harness.model import Comparison, RunReport, Side, SideInfo
+from harness.report.io import read_report
+from harness.worker.envinfo import env_digest
+
+
+def compare_reports(
+    base_dir: Path,
+    head_dir: Path,
+    *,
+    request: CompareRequest,
+    allow_different_env: bool = False,
+) -> Comparison:
+    """Judge two saved run folders (``harness run`` outputs) against each other.
+
+    Their environment fingerprints (less the code under test) must match; otherwise every case
+    is ``not_comparable`` and ``env_differences`` names the fields, unless
+    ``allow_different_env``. Latency uses every measured repeat (no confirmation batch: the
+    runs are over), so a regression found here is not confirmed.
+    """
+    started = utc_now()
+    reports: dict[Side, RunReport] = {"base": read_report(base_dir), "head": read_report(head_dir)}
+    roots = {
+        "base": base_dir if base_dir.is_dir() else base_dir.parent,
+        "head": head_dir if head_dir.is_dir() else head_dir.parent,
+    }
+    differences = env_differences(reports["base"].env, reports["head"].env)
+    comparable = not differences or allow_different_env
+    comparison_id = check_run_id(request.comparison_id) if request.comparison_id else new_run_id()
+    out_dir = request.out_root / comparison_id
+    noise: dict[str, dict[str, float]] = {}
+    noise_file = None
+    if request.noise_dir is not None:
+        noise_file = noise_path(request.noise_dir, reports["head"].runner or "cpu")
+        noise = load_noise(noise_file)
+    latency = replace(request.latency, noise=noise) if noise else request.latency
+    head_cases = {(c.id, c.platform): c for c in reports["head"].cases}
+    base_cases = {(c.id, c.platform): c for c in reports["base"].cases}
+    cases = []
+    for key in [*base_cases, *(k for k in head_cases if k not in base_cases)]:
+        b, h = base_cases.get(key), head_cases.get(key)
+        stages = (
+            decide_stages(b.attempts, h.attempts, latency, case=h.name)
+            if b is not None and h is not None
+            else []
+        )
+        c = judge_case(
+            b,
+            h,
+            case=None,
+            latency=stages,
+            base_root=roots["base"],
+            head_root=roots["head"],
+            profile_margins=request.quality_margins,
+            alpha=latency.alpha,
+            rounds=len(h.attempts) if h else 0,
+        )
+        if not comparable:
+            c = replace(
+                c,
+                verdict="not_comparable",
+                reason=f"environments differ in {', '.join(differences)}; "
+                "rerun both on one runner or pass --allow-different-env",
+            )
+        elif b is None or h is None:
+            c = replace(c, verdict="missing", reason=f"only in {'head' if b is None else 'base'}")
+        cases.append(c)
+    comparison = Comparison(
+        id=comparison_id,
+        base=SideInfo(
+            None,
+            reports["base"].run_id,
+            env_digest(reports["base"].env),
+            report=str(base_dir),
+            code_files=side_code_files(reports["base"]),
+        ),
+        head=SideInfo(
+            None,
+            reports["head"].run_id,
+            env_digest(reports["head"].env),
+            report=str(head_dir),
+            code_files=side_code_files(reports["head"]),
+        ),
+        same_runner=not differences,
+        cases=tuple(cases),
+        runner=reports["head"].runner,
+        rounds=0,
+        started_at=started,
+        finished_at=utc_now(),
+        argv=request.argv,
+        env_differences=tuple(differences),
+        allowed_different_env=allow_different_env,
+        noise_source=str(noise_file) if noise and noise_file else None,
+        settings={"delta": latency.delta, "alpha": latency.alpha},
+    )
+    write_comparison(comparison, out_dir)
+    return comparison
