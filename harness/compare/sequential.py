@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Literal
 
-from harness.compare.stats import LatencyDecision, decide_latency, margin_for
+from harness.compare.stats import LatencyDecision, Verdict, decide_latency, margin_for
 
 SequentialVerdict = Literal["regression", "improvement", "no_change", "inconclusive", "suspect"]
 Round = tuple[float, float]
@@ -60,7 +60,7 @@ class Batch:
         return len(self.base)
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> Verdict:
         return "inconclusive" if self.decision is None else self.decision.verdict
 
 
