@@ -15,7 +15,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.compare.latency import round_samples
 from harness.compare.stats import calibrate_noise
 from harness.errors import ReportFormatError
 from harness.fsio import slug, write_json_atomic
@@ -51,25 +50,40 @@ def load_noise(path: Path) -> dict[str, dict[str, float]]:
     return out
 
 
+def _by_round(attempts: Sequence[Attempt]) -> dict[int, dict[str, float]]:
+    """round -> stage -> seconds of that round's final measured attempt, if it passed."""
+    finals: dict[int, Attempt] = {}
+    for a in attempts:
+        if not a.warmup and a.status != "budget_declined":
+            finals[a.round] = a
+    out = {}
+    for r, a in finals.items():
+        if a.status == "passed":
+            out[r] = {**{k: float(v) for k, v in a.stages.items() if v > 0}, "total": a.duration_s}
+    return out
+
+
 def calibrate(
     per_case: Mapping[str, tuple[Sequence[Attempt], Sequence[Attempt]]],
 ) -> dict[str, dict[str, dict[str, Any]]]:
-    """case name -> stage -> ``{noise, ratio, ci_low, ci_high, n}`` from A/A attempts."""
+    """case name -> stage -> ``{noise, ratio, ci_low, ci_high, n}`` from A/A attempts, the
+    two runs of each round paired (rounds where either side failed are left out)."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for case, (first, second) in per_case.items():
-        a, b = round_samples(first), round_samples(second)
+        a, b = _by_round(first), _by_round(second)
+        rounds = sorted(set(a) & set(b))
         stages = {}
-        for stage, xs in a.items():
-            ys = b.get(stage, [])
-            if len(xs) < 2 or len(ys) < 2:
+        for stage in a[rounds[0]] if rounds else {}:
+            pairs = [(a[r][stage], b[r][stage]) for r in rounds if stage in a[r] and stage in b[r]]
+            if len(pairs) < 2 or min(min(p) for p in pairs) <= 0:
                 continue
-            cal = calibrate_noise(xs, ys)
+            cal = calibrate_noise([p[0] for p in pairs], [p[1] for p in pairs])
             stages[stage] = {
                 "noise": cal.noise,
                 "ratio": cal.ratio,
                 "ci_low": cal.ci_low,
                 "ci_high": cal.ci_high,
-                "n": min(cal.n_first, cal.n_second),
+                "n": cal.rounds,
             }
         if stages:
             out[case] = stages

@@ -385,3 +385,17 @@ def test_saved_runs_on_one_environment_are_judged(tmp_path: Path) -> None:
     )
     assert cmp.same_runner and cmp.cases[0].verdict == "regression"
     assert (tmp_path / "out" / "x" / "summary.md").is_file()
+
+
+def test_noise_pairs_the_runs_of_each_round_and_leaves_failed_rounds_out(tmp_path: Path) -> None:
+    from harness.compare.noise import calibrate, load_noise, store_noise
+
+    first = timed("base", [1.0, 1.1, 1.2, 5.0])
+    second = [*timed("head", [1.0, 1.1, 1.2]), att("failed", rnd=3, stages={"S": 1.0})]
+    figures = calibrate({"c": (first, second)})
+    assert figures["c"]["S"]["n"] == 3  # round 3 failed on one side: not a pair
+    assert figures["c"]["S"]["noise"] == 0.0  # each round's two runs agree exactly
+    path = tmp_path / "noise" / "cpu.json"
+    store_noise(path, "cpu", "abc", figures)
+    store_noise(path, "cpu", "abc", {"d": {"S": {"noise": 0.1}}})  # merged, not replaced
+    assert load_noise(path) == {"c": {"S": 0.0, "total": 0.0}, "d": {"S": 0.1}}
