@@ -64,6 +64,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--delta", type=float, metavar="FRACTION", help="latency margin (default 0.05 = 5 %%)"
     )
+    p.add_argument(
+        "--min-stage-ms",
+        type=float,
+        default=10.0,
+        metavar="MS",
+        help="stages shorter than this on both sides are reported, not judged (default 10)",
+    )
     p.add_argument("--strict", action="store_true", help="inconclusive and suspect fail too")
     p.add_argument(
         "--no-confirm", action="store_true", help="do not confirm regressions with a fresh batch"
@@ -108,6 +115,8 @@ def main(args: argparse.Namespace) -> int:
 
     if args.budget is not None and args.budget <= 0:
         raise UsageError(f"--budget {args.budget}: expected a positive number of seconds")
+    if args.min_stage_ms < 0:
+        raise UsageError(f"--min-stage-ms {args.min_stage_ms}: expected a non-negative number")
     if args.delta is not None and not 0 < args.delta < 10:
         raise UsageError(f"--delta {args.delta}: expected a fraction such as 0.05")
     profile = resolve_profile(args.runner, Path("runners"))
@@ -125,7 +134,10 @@ def main(args: argparse.Namespace) -> int:
         profile=profile,
         references_root=args.references,
         latency=LatencySettings(
-            delta=delta, looks=looks_for(args.rounds), confirm=not args.no_confirm
+            delta=delta,
+            looks=looks_for(args.rounds),
+            confirm=not args.no_confirm,
+            min_stage_s=args.min_stage_ms / 1e3,
         ),
         quality_margins=dict(profile.compare_margins),
         budget_s=args.budget,

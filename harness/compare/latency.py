@@ -28,7 +28,7 @@ class LatencySettings:
     alpha: float = 0.05
     looks: tuple[int, ...] = (3, 5, 7)
     confirm: bool = True
-    min_stage_s: float = 0.005
+    min_stage_s: float = 0.010
     # case name -> stage -> calibrated base-vs-base noise (runners/noise/<runner>.json)
     noise: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 

@@ -256,6 +256,10 @@ def compare_revisions(
                 runner.run_rounds(items, max(latency.looks))
             else:
                 session.run()
+        except KeyboardInterrupt:
+            # what finished is judged and written; the comparison says it is incomplete
+            runner.request_stop()
+            runner.harness_errors.append("comparison interrupted: judged on the rounds that ran")
         finally:
             errors = tuple(LoadError(e.path, str(e)) for e in load_errors)
             reports = {
