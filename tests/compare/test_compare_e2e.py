@@ -11,6 +11,7 @@ is whatever it is, and only (a) and (f) assert it.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -114,7 +115,9 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"repo": repo, "work": work, "runs": root / "runs"}
 
 
-def compare(scratch: dict[str, Any], head: str, *extra: str) -> tuple[int, dict[str, Any], str]:
+def compare(
+    scratch: dict[str, Any], head: str, *extra: str, env: dict[str, str] | None = None
+) -> tuple[int, dict[str, Any], str]:
     proc = subprocess.run(
         [
             sys.executable,
@@ -144,6 +147,7 @@ def compare(scratch: dict[str, Any], head: str, *extra: str) -> tuple[int, dict[
         text=True,
         timeout=900,
         check=False,
+        env=env,
     )
     path = scratch["runs"] / head / "comparison.json"
     assert path.is_file(), proc.stderr[-4000:]
@@ -240,6 +244,14 @@ def test_e_f_shared_failure_is_pre_existing_and_an_unchanged_head_is_no_change(
         "3",
         "--min-stage-ms",
         "50",
+        # another copy of tinyav importable (as an installed one would be): each side must
+        # still import its own checkout
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                [os.environ.get("PYTHONPATH", ""), str(REPO / "targets" / "tinyav")]
+            ),
+        },
     )
     bad = case(doc, BAD)
     assert bad["verdict"] == "pre_existing_failure", bad
@@ -256,6 +268,7 @@ def test_e_f_shared_failure_is_pre_existing_and_an_unchanged_head_is_no_change(
     # each side imported its own checkout, not one copy
     files = doc["base"]["code_files"]["t2va-int8"], doc["head"]["code_files"]["t2va-int8"]
     assert files[0] != files[1] and all("targets/tinyav" in f for f in files)
+    assert not any(f.startswith(str(REPO)) for f in files)
     assert code == 0, err[-2000:]
     # A B, B A, ... after the warm-ups, recorded as such in the write-ahead journal
     journal = scratch["runs"] / "no-change" / "attempts.jsonl"
