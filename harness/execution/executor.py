@@ -27,6 +27,7 @@ from harness.execution.pool import (
     WorkerSpec,
     WorkerTimeout,
 )
+from harness.execution.retry import OOM_EVIDENCE, oom_kill_count
 from harness.fsio import slug
 from harness.model import Attempt, ErrorInfo, Side
 from harness.platforms.profile import Profile
@@ -189,6 +190,7 @@ class Executor:
         )
         spec = self.spec(side, item.platform)
         t0 = time.perf_counter()
+        oom_before = oom_kill_count()
         handle: WorkerHandle | None = None
         try:
             handle = self.pool.fresh(spec) if case.fresh_process else self.pool.get(spec)
@@ -217,6 +219,9 @@ class Executor:
         except WorkerCrashed as exc:
             self._drop(spec, handle, fresh=case.fresh_process)
             log = f"; log: {handle.log_path}" if handle else ""
+            oom_after = oom_kill_count()
+            if oom_before is not None and oom_after is not None and oom_after > oom_before:
+                log = f" ({OOM_EVIDENCE} from {oom_before} to {oom_after}){log}"
             return replace(
                 base,
                 status="crashed",

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from corecases import write_cases
+from test_runner_faults import workers_alive
 
 from harness.report.schema import validate_report
 
@@ -140,3 +141,56 @@ def test_signal_writes_a_valid_partial_report(project: Path, signum: signal.Sign
     skipped = [c for c in doc["cases"] if c["status"] == "skipped"]
     assert all("interrupted" in c["reason"] for c in skipped)
     assert len(doc["cases"]) == 6
+
+
+def test_second_signal_keeps_earlier_attempts_and_leaves_no_fresh_worker(project: Path) -> None:
+    # A fresh-process case with three repeats; the second Ctrl-C arrives while its second
+    # attempt runs: the first attempt must stay in the report, and no worker may outlive us.
+    # The first attempt must finish before the signals: make it short, the later ones long.
+    (project / "code" / "tmod.py").write_text(
+        (project / "code" / "tmod.py").read_text()
+        + "\n\ndef slow_after_first(seconds=30.0, marker=''):\n"
+        "    m = Path(marker)\n"
+        "    if m.exists():\n"
+        "        time.sleep(seconds)\n"
+        "    m.write_text('x')\n"
+    )
+    marker = project / "first-done"
+    write_cases(
+        project,
+        "fresh.toml",
+        '[[case]]\nid = "fresh"\nkind = "import"\ntarget = "tmod:slow_after_first"\n'
+        f'params = {{ seconds = 30.0, marker = "{marker}" }}\nrepeats = 3\n'
+        "fresh_process = true\ntimeout_s = 120\n",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "run", "--code-root", "code", "--run-id", "twice"],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    workers = project / "reports" / "twice" / "workers"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        logs = sorted(workers.glob("*.log")) if workers.exists() else []
+        if marker.exists() and len(logs) >= 2:
+            break
+        time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail("the second attempt did not start within 90 s")
+    time.sleep(0.5)  # let the second worker get into the attempt
+    os.kill(proc.pid, signal.SIGINT)
+    time.sleep(0.3)
+    os.kill(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3, err
+    doc = json.loads((project / "reports" / "twice" / "report.json").read_text())
+    validate_report(doc)
+    (case,) = [c for c in doc["cases"] if c["id"] == "fresh"]
+    assert case["status"] == "skipped" and "interrupted" in case["reason"]
+    assert [a["status"] for a in case["attempts"]][:1] == ["passed"], case["attempts"]
+    assert len(list(workers.glob("*.log"))) >= 2
+    # Every worker process the run started is gone.
+    assert not workers_alive(workers)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -251,7 +252,64 @@ def test_out_of_memory_is_retried(project: Path) -> None:
     report, _ = run_suite(project, retries=1)
     case = by_id(report)["oom-once"]
     assert [a.status for a in case.attempts] == ["error", "passed"]
+    first = case.attempts[0].error
+    assert first is not None and first.type == "MemoryError", first
     assert case.status == "flaky"
+
+
+def test_sigkill_without_oom_evidence_is_a_crash_not_retried(project: Path) -> None:
+    write_cases(
+        project,
+        "kill.toml",
+        """
+        id = "killed"
+        kind = "loader"
+        target = "tmod:sigkill"
+    """,
+    )
+    report, _ = run_suite(project, retries=2)
+    case = by_id(report)["killed"]
+    assert [a.status for a in case.attempts] == ["crashed"]
+    assert case.status == "crashed" and "SIGKILL" in (case.reason or "")
+
+
+def test_sigkill_with_oom_counter_rise_is_oom_with_fake_cgroup_counter(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No cgroup OOM kill can be provoked safely here: the counter is faked, the SIGKILL is real.
+    from harness.execution import executor
+
+    counts = iter(range(100))
+    monkeypatch.setattr(executor, "oom_kill_count", lambda: next(counts))
+    write_cases(
+        project,
+        "kill.toml",
+        """
+        id = "killed"
+        kind = "loader"
+        target = "tmod:sigkill"
+    """,
+    )
+    report, _ = run_suite(project, retries=1)
+    case = by_id(report)["killed"]
+    assert [a.status for a in case.attempts] == ["crashed", "crashed"]
+    assert "oom_kill counter rose" in case.attempts[0].error.message
+
+
+def test_kernel_fault_is_a_failure_never_retried(project: Path) -> None:
+    write_cases(
+        project,
+        "fault.toml",
+        """
+        id = "fault"
+        kind = "quant"
+        target = "tmod:kernel_fault"
+    """,
+    )
+    report, _ = run_suite(project, retries=2)
+    case = by_id(report)["fault"]
+    assert [a.status for a in case.attempts] == ["error"]
+    assert case.status == "error"
 
 
 def test_platform_absent_here_is_labelled_simulated(project: Path) -> None:
@@ -302,3 +360,96 @@ def test_command_cases_run_as_subprocesses(project: Path) -> None:
     bad = cases["cmd-fails"]
     assert bad.status == "failed"
     assert "exited 4" in bad.attempts[0].error.message and "boom" in bad.attempts[0].error.message
+
+
+def workers_alive(workers: Path) -> list[str]:
+    """Command lines of live (not zombie) worker processes of the run whose workers/ is given."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if "harness.worker" in cmd and str(workers) in cmd and state != "Z":
+            found.append(f"{proc.name}: {cmd}")
+    return found
+
+
+def test_abort_mid_attempt_kills_the_fresh_worker_at_once(project: Path) -> None:
+    # A second Ctrl-C lands as KeyboardInterrupt while a fresh-process attempt runs: the run
+    # must end that worker itself, not leave it to outlive the attempt it was started for.
+    import signal
+    import threading
+
+    write_cases(
+        project,
+        "fresh.toml",
+        """
+        id = "fresh-slow"
+        kind = "import"
+        target = "tmod:slow"
+        params = { seconds = 60.0 }
+        fresh_process = true
+        timeout_s = 120
+    """,
+    )
+    suite = load_suite([project / "cases"])
+    runner = Runner(
+        RunOptions(
+            profile=Profile(retry=RetryPolicy(retries=0)),
+            out_root=project / "reports",
+            code_roots=(str(project / "code"),),
+            cwd=str(project),
+        )
+    )
+    workers = runner.run_dir / "workers"
+
+    def interrupt_when_started() -> None:
+        for _ in range(600):
+            if workers.exists() and any(workers.glob("*.log")):
+                break
+            threading.Event().wait(0.05)
+        threading.Event().wait(1.0)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_when_started, daemon=True).start()
+    results = runner.run_plan(build_plan(suite.cases, ["cpu"]))
+    alive = workers_alive(workers)
+    assert not alive, alive
+    assert runner.interrupted and results[0].status == "skipped"
+    report = runner.finish()
+    assert report.interrupted and not report.complete
+
+
+def test_a_bug_in_check_evaluation_is_a_harness_error_not_retried_not_flaky(
+    project: Path,
+) -> None:
+    # Plant a bug in the harness's own check evaluation inside the worker (sitecustomize runs
+    # at the worker's start, before any attempt): it must never be retried into "flaky".
+    (project / "code" / "sitecustomize.py").write_text(
+        "import harness.worker.attempt as attempt\n"
+        "def broken(*args, **kwargs):\n"
+        "    raise KeyError('threshold')\n"
+        "attempt.evaluate_attempt_checks = broken\n"
+    )
+    write_cases(
+        project,
+        "ok.toml",
+        """
+        id = "ok"
+        kind = "loader"
+        target = "tmod:ok"
+        retries = 2
+    """,
+    )
+    report, _ = run_suite(project, retries=2)
+    case = by_id(report)["ok"]
+    assert [a.status for a in case.attempts] == ["error"], case.attempts
+    assert case.status == "error"
+    assert case.attempts[0].error.type == "HarnessInternalError"
+    assert "KeyError" in case.attempts[0].error.message
+    assert report.infra_errors and not report.complete
+    assert exit_code(report) == 3
