@@ -38,7 +38,7 @@ __all__ = ["AUDIO_METRICS", "CLIP_ENV", "QUALITY_METRICS", "compare", "evaluate"
 
 # Every registered metric compares an output with its reference.
 QUALITY_METRICS: frozenset[str] = frozenset(metrics.names())
-AUDIO_METRICS: frozenset[str] = frozenset({"audio_snr", "audio_mad", "audio_lsd"})
+AUDIO_METRICS: frozenset[str] = frozenset({"audio_snr", "audio_mad", "audio_lsd", "audio_lag_ms"})
 CLIP_ENV = "HARNESS_CLIP_MODEL"
 CLIP_NOT_CONFIGURED = f"no CLIP model configured (set {CLIP_ENV})"
 _VIDEO_KINDS = ("video", "image")
@@ -120,7 +120,9 @@ def evaluate(
     try:
         frames = _frames(spec, case, obtained)
         reference = _load_reference(store, entry, frames)
-        metric = _compute(spec, obtained[frames] if frames else obtained, reference)
+        # Audio metrics bound their alignment in time: they need the reference's sample rate.
+        rate = {"sample_rate": entry.sample_rate} if _is_audio(spec.metric) else {}
+        metric = _compute(spec, obtained[frames] if frames else obtained, reference, rate)
     except (HarnessError, _CheckFailed) as exc:
         return result(False, str(exc), output=name, settings=where)
     if metric.status == "not_run":
@@ -225,14 +227,16 @@ def _frames(spec: CheckSpec, case: Case, obtained: np.ndarray) -> list[int]:
         raise _CheckFailed(f"frames {frames_spec!r}: {exc}") from exc
 
 
-def _compute(spec: CheckSpec, obtained: np.ndarray, reference: np.ndarray) -> Any:
+def _compute(
+    spec: CheckSpec, obtained: np.ndarray, reference: np.ndarray, extra: Mapping[str, Any]
+) -> Any:
     try:
         cls = metrics.get(spec.metric)
     except HarnessError as exc:
         raise _CheckFailed(str(exc)) from exc
     try:
         reduce: Reduce = "mean" if spec.reduce == "mean" else "worst"
-        m = cls(reduce=reduce, **dict(spec.settings))
+        m = cls(reduce=reduce, **{**extra, **dict(spec.settings)})
     except TypeError as exc:
         raise _CheckFailed(
             f"{spec.metric} settings {dict(spec.settings)} are not accepted: {exc}"

@@ -362,6 +362,24 @@ def test_command_cases_run_as_subprocesses(project: Path) -> None:
     assert "exited 4" in bad.attempts[0].error.message and "boom" in bad.attempts[0].error.message
 
 
+def test_command_case_that_times_out_is_timeout_not_error(project: Path) -> None:
+    write_cases(
+        project,
+        "cmd.toml",
+        """
+        id = "cmd-hangs"
+        kind = "import"
+        command = ["python", "-c", "import time; print('waiting', flush=True); time.sleep(60)"]
+        timeout_s = 3
+        retries = 0
+    """,
+    )
+    report, _ = run_suite(project, retries=0)
+    case = by_id(report)["cmd-hangs"]
+    assert [a.status for a in case.attempts] == ["timeout"], case.attempts
+    assert case.status == "timeout"
+
+
 def workers_alive(workers: Path) -> list[str]:
     """Command lines of live (not zombie) worker processes of the run whose workers/ is given."""
     found = []
@@ -415,8 +433,13 @@ def test_abort_mid_attempt_kills_the_fresh_worker_at_once(project: Path) -> None
         threading.Event().wait(1.0)
         os.kill(os.getpid(), signal.SIGINT)
 
+    # A background shell may start us with SIGINT ignored: make it raise KeyboardInterrupt.
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
     threading.Thread(target=interrupt_when_started, daemon=True).start()
-    results = runner.run_plan(build_plan(suite.cases, ["cpu"]))
+    try:
+        results = runner.run_plan(build_plan(suite.cases, ["cpu"]))
+    finally:
+        signal.signal(signal.SIGINT, old)
     alive = workers_alive(workers)
     assert not alive, alive
     assert runner.interrupted and results[0].status == "skipped"
@@ -453,3 +476,49 @@ def test_a_bug_in_check_evaluation_is_a_harness_error_not_retried_not_flaky(
     assert "KeyError" in case.attempts[0].error.message
     assert report.infra_errors and not report.complete
     assert exit_code(report) == 3
+
+
+def test_a_fail_policy_check_that_cannot_run_blocks_the_case(project: Path) -> None:
+    (project / "code" / "frames.py").write_text(
+        "import numpy as np\n"
+        "from harness import probe\n"
+        "def video():\n"
+        "    frames = np.full((3, 8, 8, 3), 128, dtype=np.uint8)\n"
+        "    probe.output('video', frames, kind='video', fps=8)\n"
+    )
+    write_cases(
+        project,
+        "clip.toml",
+        """
+        [[case]]
+        id = "clip-must"
+        kind = "pipeline"
+        target = "frames:video"
+        [[case.checks]]
+        metric = "clip"
+        output = "video"
+        op = ">="
+        threshold = 0.9
+
+        [[case]]
+        id = "clip-may"
+        kind = "pipeline"
+        target = "frames:video"
+        [[case.checks]]
+        metric = "clip"
+        output = "video"
+        op = ">="
+        threshold = 0.9
+        policy = "warn"
+    """,
+    )
+    os.environ.pop("HARNESS_CLIP_MODEL", None)
+    report, _ = run_suite(project, retries=1)
+    must, may = by_id(report)["clip-must"], by_id(report)["clip-may"]
+    assert must.status == "error", must
+    assert [a.status for a in must.attempts] == ["error"]  # not retried: nothing would change
+    assert "could not run" in (must.reason or "") and "CLIP" in (must.reason or "")
+    assert may.status == "passed"
+    (clip,) = [c for c in may.checks if c.metric == "clip"]
+    assert clip.passed is None and "CLIP" in (clip.reason or "")
+    assert exit_code(report) == 1
