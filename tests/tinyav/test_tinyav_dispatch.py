@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 import torch
-from tinyav import dispatch, scenarios
+from tinyav import dispatch
 from tinyav.errors import DispatchError
+from tinyav.scenarios import quant as quant_scenarios
 
 EXPECTED = {
     "cpu": ("dequant_matmul", "eager"),
@@ -22,14 +23,14 @@ EXPECTED = {
 @pytest.mark.parametrize("platform", sorted(EXPECTED))
 def test_plan_per_platform(platform: str, recorder: Any) -> None:
     mm, gate = EXPECTED[platform]
-    scenarios.dispatch_path(platform, mm, gate)
+    quant_scenarios.dispatch_path(platform, mm, gate)
     assert recorder.notes["dispatch.int8_mm"] == mm
     assert recorder.notes["dispatch.residual_gate"] == gate
 
 
 def test_wrong_expectation_fails() -> None:
     with pytest.raises(AssertionError, match="gate=eager"):
-        scenarios.dispatch_path("hip", expect_residual_gate="fused_cuda")
+        quant_scenarios.dispatch_path("hip", expect_residual_gate="fused_cuda")
 
 
 def test_unknown_platform() -> None:

@@ -14,7 +14,9 @@ Modules, one idea each:
 - ``dispatch``: per-platform kernel path selection.
 - ``media``: MP4/WAV writing and reference decoding (PyAV).
 - ``pipeline``: the staged text/reference-to-video+audio pipeline.
-- ``scenarios``: the functions the harness's case files call.
+- ``scenarios``: the functions the harness's case files call, one module per case kind
+  (``scenarios.pipeline``, ``scenarios.loader``, ``scenarios.quant``, ``scenarios.imports``);
+  its ``__init__`` is empty, so importing it imports nothing.
 """
 
 __version__ = "0.1.0"
