@@ -208,7 +208,11 @@ class Pipeline:
         return video, audio
 
     def __call__(self, req: Request, out_path: str | os.PathLike[str] | None = None) -> Result:
-        """Run every stage; writes the MP4 to ``out_path`` when given."""
+        """Run every stage; writes the MP4 to ``out_path`` when given.
+
+        Besides stages and fingerprints it notes ``device.ran``, the platform of the latents
+        the DiT really computed on (whatever device was asked for).
+        """
         self.plan.report()
         with probe.stage("InputValidationStage"):
             self._validate(req)
@@ -222,6 +226,7 @@ class Pipeline:
         probe.fingerprint("latents.audio.init", audio)
         with probe.stage("DenoisingStage"):
             video, audio = self._denoise(req, video, audio, context, refs)
+        probe.note("device.ran", dispatch.tensor_platform(video))
         with probe.stage("VideoDecodingStage"), torch.no_grad():
             frames = self.companions.video_decoder(video.to(torch.float32).cpu())[0].numpy()
         probe.fingerprint("video.frames", frames)

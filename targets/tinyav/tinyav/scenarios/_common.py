@@ -3,14 +3,20 @@ inside the functions), so a cold-import scenario can import this package honestl
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from tinyav._probe import probe
+
+# The platforms tinyav claims; kept in step with ``tinyav.dispatch.PLATFORMS`` (a test checks)
+# without importing it, because that imports torch.
+PLATFORMS = ("cpu", "cuda", "hip", "npu", "xpu", "mps")
 
 
 def resolve_seed(seed: int | None) -> int:
@@ -51,13 +57,42 @@ def init_torch() -> None:
 
 
 def device_for(platform: str) -> str:
-    """The torch device to run ``platform`` on here; CPU when that device is absent."""
+    """The torch device that really runs ``platform`` here; ``"cpu"`` when it is absent.
+
+    - ``cuda``: ``torch.cuda`` available on a CUDA build (not a ROCm/HIP one);
+    - ``hip``: ``torch.cuda`` available on a ROCm/HIP build (``torch.version.hip`` set), whose
+      devices torch calls ``cuda``;
+    - ``npu``: ``torch_npu`` importable and ``torch.npu.is_available()``;
+    - ``xpu``: ``torch.xpu.is_available()``; ``mps``: ``torch.backends.mps.is_available()``.
+
+    An unknown platform name is an error, not a silent CPU run.
+    """
+    if platform not in PLATFORMS:
+        raise ValueError(f"unknown platform {platform!r}; expected one of {PLATFORMS}")
     import torch
 
-    if platform in ("cuda", "hip") and torch.cuda.is_available():
-        return "cuda"
-    if platform == "mps" and torch.backends.mps.is_available():
+    if platform in ("cuda", "hip"):
+        is_hip = bool(getattr(torch.version, "hip", None))
+        if torch.cuda.is_available() and is_hip == (platform == "hip"):
+            return "cuda"
+    elif platform == "npu":
+        if _npu_available(torch):
+            return "npu"
+    elif platform == "xpu":
+        xpu = getattr(torch, "xpu", None)
+        if xpu is not None and xpu.is_available():
+            return "xpu"
+    elif platform == "mps" and torch.backends.mps.is_available():
         return "mps"
-    if platform == "xpu" and hasattr(torch, "xpu") and torch.xpu.is_available():
-        return "xpu"
     return "cpu"
+
+
+def _npu_available(torch: object) -> bool:
+    # Ascend support lives in the torch_npu plugin, which registers ``torch.npu`` on import.
+    if "torch_npu" not in sys.modules:
+        try:
+            importlib.import_module("torch_npu")
+        except ImportError:
+            return False
+    npu = getattr(torch, "npu", None)
+    return npu is not None and bool(npu.is_available())

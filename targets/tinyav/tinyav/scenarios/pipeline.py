@@ -84,7 +84,9 @@ def generate(params: GenerationParams, *, reference: bool) -> dict[str, Any]:
 
     p = params
     s = resolve_seed(p.seed)
-    device = device_for(p.platform or probe.platform() or "cpu")
+    asked = p.platform or probe.platform() or "cpu"
+    device = device_for(asked)
+    probe.note("device.asked", asked)
     run_platform = dispatch.tensor_platform(torch.empty(0, device=device))
     with workdir(p.workdir) as wd:
         with probe.stage("CheckpointWrite"):
