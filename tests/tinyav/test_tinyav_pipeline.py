@@ -71,8 +71,11 @@ def test_probe_records_stages_fingerprints_outputs(recorder: Any, tmp_path: Path
     assert recorder.outputs["video"]["shape"] == [16, 64, 64, 3]
     assert recorder.outputs["audio"]["shape"] == [32000]
     assert recorder.outputs["mp4"]["bytes"] > 0
-    assert recorder.notes["dispatch.int8_mm"] == "dequant_matmul"
-    assert recorder.notes["dispatch.residual_gate"] == "eager"
+    assert recorder.notes["dispatch.int8_mm.plan"] == "dequant_matmul"
+    assert recorder.notes["dispatch.residual_gate.plan"] == "eager"
+    assert recorder.notes["dispatch.int8_mm.ran"] == "dequant_matmul"
+    assert recorder.notes["dispatch.residual_gate.ran"] == "eager"
+    assert recorder.notes["device.ran"] == "cpu"
     assert "checkpoint" in recorder.inputs
 
 

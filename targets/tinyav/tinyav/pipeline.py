@@ -210,8 +210,9 @@ class Pipeline:
     def __call__(self, req: Request, out_path: str | os.PathLike[str] | None = None) -> Result:
         """Run every stage; writes the MP4 to ``out_path`` when given.
 
-        Besides stages and fingerprints it notes ``device.ran``, the platform of the latents
-        the DiT really computed on (whatever device was asked for).
+        Besides stages and fingerprints it notes what it decided and what executed:
+        ``device.ran`` (the platform of the latents the DiT computed on, whatever device was
+        asked for), ``dispatch.<op>.plan`` and ``dispatch.<op>.ran`` (see :mod:`tinyav.dispatch`).
         """
         self.plan.report()
         with probe.stage("InputValidationStage"):
@@ -224,8 +225,9 @@ class Pipeline:
             video, audio = self._noise(req)
         probe.fingerprint("latents.video.init", video)
         probe.fingerprint("latents.audio.init", audio)
-        with probe.stage("DenoisingStage"):
+        with probe.stage("DenoisingStage"), dispatch.recording() as executed:
             video, audio = self._denoise(req, video, audio, context, refs)
+        executed.report()
         probe.note("device.ran", dispatch.tensor_platform(video))
         with probe.stage("VideoDecodingStage"), torch.no_grad():
             frames = self.companions.video_decoder(video.to(torch.float32).cpu())[0].numpy()

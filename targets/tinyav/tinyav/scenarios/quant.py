@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tinyav._probe import probe
 from tinyav.scenarios import _common
-from tinyav.scenarios._common import init_torch, resolve_seed
+from tinyav.scenarios._common import device_for, init_torch, resolve_seed
 
 # -- registry ------------------------------------------------------------------------------------
 
@@ -116,17 +116,24 @@ def fp8_flavour(platform: str, expect: str, arch: str | None = None) -> None:
 
 # -- dispatch ------------------------------------------------------------------------------------
 
+# 4 x 8 = 32 activation rows (torch._int_mm needs more than 16), 256 inputs (one ConvRot group)
+# and 64 outputs: every dim a multiple of 8, so on a CUDA device the int_mm path really runs.
+DISPATCH_SHAPE = (4, 8, 256)
+DISPATCH_OUT = 64
+
 
 def dispatch_path(
     platform: str,
     expect_int8_mm: str | None = None,
     expect_residual_gate: str | None = None,
 ) -> None:
-    """The paths chosen for ``platform`` are the expected ones, and running them here is safe.
+    """The paths planned for ``platform`` are the expected ones, and running them here is safe.
 
-    The chosen plan is reported through ``probe.note`` (``dispatch.int8_mm``,
-    ``dispatch.residual_gate``). A fused CUDA path must refuse this machine's tensors unless
-    they are CUDA tensors; the path actually usable here must match eager numerics.
+    The plan is noted as ``dispatch.<op>.plan``. The ops then run on tensors of the device that
+    really serves ``platform`` here (CPU when it is absent), and what executed is noted as
+    ``dispatch.<op>.ran``, counted inside :mod:`tinyav.dispatch` where the fallbacks happen,
+    with ``device.ran``. A fused CUDA gate must refuse non-CUDA tensors (then nothing of the
+    gate ran: ``none``); every path that ran must match eager numerics.
     """
     init_torch()
     import torch
@@ -144,22 +151,36 @@ def dispatch_path(
             f"{platform}: gate={chosen.residual_gate}"
         )
 
+    device = device_for(platform)
     gen = torch.Generator().manual_seed(0)
-    x, g, y = (torch.randn(2, 8, 256, generator=gen) for _ in range(3))
-    here = dispatch.tensor_platform(x)
-    fn = dispatch.residual_gate_fn(chosen.residual_gate)
-    if chosen.residual_gate == "fused_cuda" and here != "cuda":
-        try:
-            fn(x, g, y)
-        except DispatchError:
-            pass
-        else:
-            raise AssertionError(f"fused CUDA gate accepted {here} tensors")
-    else:
-        assert torch.allclose(fn(x, g, y), x + g * y), "residual gate numerics"
-    w = torch.randn(64, 256, generator=gen) / 16
+    x, g, y = (torch.randn(*DISPATCH_SHAPE, generator=gen).to(device) for _ in range(3))
+    w = torch.randn(DISPATCH_OUT, DISPATCH_SHAPE[-1], generator=gen) / 16
     q, s = quantize_weight(w, convrot=True)
-    path = chosen.int8_mm if here == "cuda" else "dequant_matmul"
-    out = dispatch.int8_linear(x, q, s, None, convrot=True, groupsize=256, path=path)
-    ref = torch.nn.functional.linear(x, dequantize_weight(q, s, convrot=True))
-    assert torch.allclose(out, ref, atol=1e-4, rtol=1e-4), "int8 linear numerics"
+    here = dispatch.tensor_platform(x)
+    probe.note("device.asked", platform)
+    probe.note("device.ran", here)
+    fn = dispatch.residual_gate_fn(chosen.residual_gate)
+    with dispatch.recording() as executed:
+        if chosen.residual_gate == "fused_cuda" and here != "cuda":
+            try:
+                fn(x, g, y)
+            except DispatchError:
+                pass
+            else:
+                raise AssertionError(f"fused CUDA gate accepted {here} tensors")
+        else:
+            # A fused kernel rounds once (fma) where eager rounds twice: allow float32 ulps.
+            got = fn(x, g, y)
+            assert torch.allclose(got, x + g * y, rtol=1e-5, atol=1e-6), "residual gate numerics"
+        # The plan's path as is: int8_linear itself falls back where the tensors demand it.
+        out = dispatch.int8_linear(
+            x, q.to(device), s.to(device), None, convrot=True, groupsize=256, path=chosen.int8_mm
+        )
+    executed.report()
+    ref = torch.nn.functional.linear(x, dequantize_weight(q, s, convrot=True).to(device))
+    if executed.ran("int8_mm") == "int_mm":
+        # Per-token int8 activations: about 1/127 of each row's range in rounding error.
+        rel = float((out - ref).norm() / ref.norm())
+        assert rel < 0.02, f"int_mm numerics: relative error {rel:.4f}"
+    else:
+        assert torch.allclose(out, ref, atol=1e-4, rtol=1e-4), "int8 linear numerics"
