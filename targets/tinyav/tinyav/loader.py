@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from tinyav import quant
+from tinyav._probe import probe
 from tinyav.checkpoint import MARKER_SUFFIX
 from tinyav.errors import (
     CheckpointError,
@@ -100,6 +101,19 @@ class CheckpointInfo:
     def formats(self) -> set[str]:
         """Serialized formats present (empty for an unquantized file)."""
         return {m["format"] for m in self.markers.values()}
+
+    @property
+    def format(self) -> str:
+        """The format the file itself shows, never the one anyone asked for.
+
+        The serialized ``comfy_quant`` formats of its layers (``int8_tensorwise``,
+        ``float8_e4m3fn``; comma-joined if mixed), or for a file without markers the storage
+        dtypes of its weights (``bf16``).
+        """
+        if self.markers:
+            return ",".join(sorted(self.formats))
+        weights = {e.dtype for n, e in self.header.tensors.items() if n.endswith(".weight")}
+        return ",".join(sorted(d.lower() for d in weights)) or "none"
 
 
 def read_header(path: str | os.PathLike[str]) -> Header:
@@ -355,7 +369,8 @@ def load_dit(
 
     Float tensors are cast to ``dtype``; quantized weights and their float32 scales are kept
     exactly as stored. With ``offload=True`` all tensors stay on CPU (layerwise offload moves
-    each block to ``device`` for its forward only).
+    each block to ``device`` for its forward only). Notes ``checkpoint.format``, the format
+    detected from the file's markers and dtypes (:attr:`CheckpointInfo.format`).
     """
     info = inspect_checkpoint(path, quantization)
     p = info.header.path
@@ -410,6 +425,7 @@ def load_dit(
     elif torch.device(device).type != "cpu":
         _install_offload(model, torch.device(device))
     model.offload = offload  # type: ignore[assignment]
+    probe.note("checkpoint.format", info.format)
     return model
 
 
@@ -422,6 +438,7 @@ def summary(info: CheckpointInfo) -> Mapping[str, Any]:
     """A JSON-ready digest of a checkpoint's header (for probe notes and reports)."""
     return {
         "variant": info.variant,
+        "format": info.format,
         "formats": sorted(info.formats),
         "quantized_layers": len(info.markers),
         "tensors": len(info.header.tensors),

@@ -211,13 +211,15 @@ class Pipeline:
         """Run every stage; writes the MP4 to ``out_path`` when given.
 
         Besides stages and fingerprints it notes what it decided and what executed:
-        ``device.ran`` (the platform of the latents the DiT computed on, whatever device was
-        asked for), ``dispatch.<op>.plan`` and ``dispatch.<op>.ran`` (see :mod:`tinyav.dispatch`).
+        ``pipeline.mode`` (``ref2va`` when reference media were decoded and fed to the DiT,
+        else ``t2va``), ``device.ran`` (the platform of the latents the DiT computed on),
+        ``dispatch.<op>.plan`` and ``dispatch.<op>.ran`` (see :mod:`tinyav.dispatch`).
         """
         self.plan.report()
         with probe.stage("InputValidationStage"):
             self._validate(req)
             refs = self._references(req)
+        probe.note("pipeline.mode", "t2va" if refs is None else "ref2va")
         with probe.stage("TextEncodingStage"):
             context = self._encode_text(req)
         probe.fingerprint("text.context", context)

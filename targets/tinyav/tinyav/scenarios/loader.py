@@ -24,7 +24,8 @@ def load_exact(
     Quantized weights and float32 scales bit-identical to the file, every tensor frozen, no
     ``comfy_quant`` key in the module state dict, fused QKV rows in q, k, v order, float
     tensors equal to the file's bf16 values, everything on CPU. Notes what was built:
-    ``loader.quantized_layers``, ``loader.rotated_layers``, ``loader.variant``.
+    ``loader.quantized_layers``, ``loader.rotated_layers``, ``loader.variant`` (and the loader
+    itself notes ``checkpoint.format`` as detected from the file).
     """
     init_torch()
     import torch

@@ -3,7 +3,9 @@
 Both take one frozen :class:`GenerationParams` record. Case files call them with keywords
 (``target(**params)``); the keywords are exactly the record's fields, and the signature the
 harness binds against is the record's. Each writes a fresh checkpoint, loads it, generates,
-exports an MP4 and checks the decoded result.
+exports an MP4 and checks the decoded result; what the code decided and executed is noted
+(``checkpoint.format``, ``loader.quantized_layers``, ``pipeline.mode``, ``device.ran``,
+``dispatch.<op>.plan`` and ``dispatch.<op>.ran``), never an echo of the params.
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ def generate(params: GenerationParams, *, reference: bool) -> dict[str, Any]:
 
     from tinyav import dispatch, media
     from tinyav.checkpoint import write_checkpoint
+    from tinyav.loader import quantized_modules
     from tinyav.pipeline import Pipeline, Request
 
     p = params
@@ -111,6 +114,8 @@ def generate(params: GenerationParams, *, reference: bool) -> dict[str, Any]:
                 offload=p.offload,
                 fp8_platform=p.fp8_platform,
             )
+        # What the loader built, counted on the loaded model (not on the file or the params).
+        probe.note("loader.quantized_layers", len(quantized_modules(pipe.dit)))
         flavours = {
             str(m.flavour).removeprefix("torch.")
             for m in pipe.dit.modules()
@@ -144,8 +149,6 @@ def generate(params: GenerationParams, *, reference: bool) -> dict[str, Any]:
             f"MP4 has {decoded.shape[0]} frames, want {p.num_frames}"
         )
         assert media.decode_audio(out.mp4).size > 0, "MP4 has no audio"
-        probe.note("pipeline.mode", "ref2va" if reference else "t2va")
-        probe.note("checkpoint.format", QUANT_FORMATS[p.quant])
         return {"frames": out.frames, "pcm": out.pcm}
 
 
