@@ -8,6 +8,7 @@ Modules, one idea each:
 - ``hadamard``: the grouped regular-Hadamard rotation used by ConvRot.
 - ``model``: the DiT (full and pruned variants), text encoder, video/audio codecs.
 - ``checkpoint``: deterministic single-file safetensors writer (bf16, INT8 ConvRot, FP8).
+- ``header``: safetensors header parsing and validation (no tensor data read).
 - ``loader``: header-first validating loader that builds quantized modules.
 - ``quant``: lazily resolved quantization backend registry.
 - ``fp8``: float8 flavours and the e4m3fn -> e4m3fnuz normalization.
