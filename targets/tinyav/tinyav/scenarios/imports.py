@@ -20,9 +20,22 @@ def cold_import(
 ) -> None:
     """In a fresh interpreter: importing ``module`` must not import ``absent``; then accessing
     attribute ``access`` (``"module:Attr"`` or a backend name for ``get_quantization_config``)
-    imports ``present_after`` and still not ``absent_after``."""
+    imports ``present_after`` and still not ``absent_after``.
+
+    A module of ``absent`` (or ``absent_after``) that is already imported before ``module`` is
+    imported makes the check meaningless, not passed: that is an error naming the culprit (an
+    interpreter that is not bare, e.g. a worker that pre-imports torch), not a failure of
+    ``module``.
+    """
     if module in sys.modules:
         raise RuntimeError(f"{module} is already imported: this case needs fresh_process = true")
+    preloaded = [m for m in (*absent, *absent_after) if m in sys.modules]
+    if preloaded:
+        raise RuntimeError(
+            f"{preloaded} already imported before import {module}: this interpreter is not "
+            "bare (something imported them at start-up), so the case cannot tell whether "
+            f"{module} imports them"
+        )
     with probe.stage("ColdImport"):
         mod = importlib.import_module(module)
     leaked = [m for m in absent if m in sys.modules]
