@@ -9,7 +9,7 @@ Example::
     [[case]]
     id = "t2va-int8"
     kind = "pipeline"
-    target = "tinyav.scenarios:t2va"
+    target = "tinyav.scenarios.pipeline:t2va"
     params = { quant = "int8", steps = 4 }
     seed = 42
     repeats = 2

@@ -15,7 +15,7 @@ GOOD = """
 [[case]]
 id = "t2va-int8"
 kind = "pipeline"
-target = "tinyav.scenarios:t2va"
+target = "tinyav.scenarios.pipeline:t2va"
 params = { quant = "int8", steps = 4 }
 seed = 42
 platforms = ["cpu", "cuda"]

@@ -34,8 +34,11 @@ def video(seed: int = 0, frames: int = 4, size: int = 32) -> np.ndarray:
 
 
 def audio(n: int = 8000, rate: int = 16000) -> np.ndarray:
+    # A chirp (200 Hz up to 2 kHz), not a pure tone: a periodic signal has no unique lag, so a
+    # shift by whole periods could never be measured (cross-correlation aliases it).
     t = np.arange(n) / rate
-    return (0.5 * np.sin(2 * np.pi * 440 * t))[None, :].astype(np.float32)
+    sweep = 200.0 * t + 0.5 * (1800.0 / (n / rate)) * t**2
+    return (0.5 * np.sin(2 * np.pi * sweep))[None, :].astype(np.float32)
 
 
 Output = tuple[str, np.ndarray, Mapping[str, Any]]  # kind, array, meta

@@ -161,6 +161,19 @@ def test_audio_metrics(store: ReferenceStore) -> None:
     assert evaluate(auto, CASE, CHAIN, _outputs(**arrays), arrays, store).passed is True
 
 
+def test_audio_desync_fails_the_lag_check_in_milliseconds(store: ReferenceStore) -> None:
+    ref = audio()  # 16 kHz in the store
+    spec = CheckSpec(metric="audio_lag_ms", op="<=", threshold=10.0, output="audio", name="lag")
+    same = {"audio": ref}
+    ok = evaluate(spec, CASE, CHAIN, _outputs(**same), same, store)
+    assert ok.passed is True and ok.value == 0.0 and ok.settings["sample_rate"] == 16000
+    shift = 480  # 30 ms at 16 kHz: inside the alignment window, beyond the case's tolerance
+    late = {"audio": np.concatenate([np.zeros((1, shift), np.float32), ref], axis=1)[:, :8000]}
+    bad = evaluate(spec, CASE, CHAIN, _outputs(**late), late, store)
+    assert bad.passed is False and bad.value == pytest.approx(30.0)
+    assert "audio_lag_ms" in (bad.reason or "") and bad.settings["unit"] == "ms"
+
+
 def test_output_read_from_file(store: ReferenceStore, tmp_path: Path) -> None:
     path = tmp_path / "video.safetensors"
     save_file({"data": video(0)}, str(path))
