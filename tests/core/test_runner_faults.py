@@ -522,3 +522,48 @@ def test_a_fail_policy_check_that_cannot_run_blocks_the_case(project: Path) -> N
     (clip,) = [c for c in may.checks if c.metric == "clip"]
     assert clip.passed is None and "CLIP" in (clip.reason or "")
     assert exit_code(report) == 1
+
+
+def test_a_harness_bug_in_one_item_never_loses_the_run(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A bug of the manager itself (here: aggregation raising for one case) is recorded against
+    # that case, the other cases still run and are judged, and the report says incomplete.
+    from harness.execution import run as run_module
+
+    real = run_module.aggregate
+
+    def broken(item, attempts, **kw):  # type: ignore[no-untyped-def]
+        if item.case.id == "second":
+            raise ZeroDivisionError("planted")
+        return real(item, attempts, **kw)
+
+    monkeypatch.setattr(run_module, "aggregate", broken)
+    write_cases(
+        project,
+        "three.toml",
+        """
+        [[case]]
+        id = "first"
+        kind = "loader"
+        target = "tmod:ok"
+
+        [[case]]
+        id = "second"
+        kind = "loader"
+        target = "tmod:ok"
+
+        [[case]]
+        id = "third"
+        kind = "loader"
+        target = "tmod:bad"
+    """,
+    )
+    report, runner = run_suite(project)
+    cases = by_id(report)
+    assert cases["first"].status == "passed" and cases["third"].status == "failed"
+    second = cases["second"]
+    assert second.status == "error" and "harness error ZeroDivisionError" in second.reason
+    assert second.attempts and second.attempts[0].status == "passed"  # the work is kept
+    assert not report.complete and exit_code(report) == 3
+    validate_report(json.loads((runner.run_dir / "report.json").read_text()))
