@@ -37,8 +37,9 @@ examples:
 """
 
 VERIFY_EXAMPLE = """\
-Checks every file in the manifest exists and matches its SHA-256, and lists files on disk that
-the manifest does not know. Exit 1 when anything is wrong.
+Checks every file in the manifest exists, matches its SHA-256 and lies in its entry's own
+folder (<reference>/<platform class>/<output>/<content id>/, never outside the store), and
+lists files on disk that the manifest does not know. Exit 1 when anything is wrong.
 
 example:
   harness refs verify --references references/

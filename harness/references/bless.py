@@ -16,8 +16,10 @@ The rules and their bounds live in :mod:`harness.references.rules`.
 
 Every entry records why, by whom and when (UTC), the run it came from, the environment that
 produced it and the harness version. Files and the manifest are written atomically (temp file +
-``os.replace``) into a fresh content-addressed folder, so a crash leaves either the old or the
-new reference, never a mix; ``verify`` reports any leftovers.
+``os.replace``) into a fresh content-addressed folder named with :func:`harness.fsio.slug`
+(:mod:`harness.references.layout`; every written path is checked to resolve inside the store),
+so a crash leaves either the old or the new reference, never a mix; a replaced entry's files
+are deleted only if no other entry lists them; ``verify`` reports any leftovers.
 
 Example::
 
@@ -29,11 +31,8 @@ Example::
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import getpass
-import hashlib
 import os
-import shutil
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -44,21 +43,19 @@ import numpy as np
 
 from harness import media
 from harness.errors import HarnessError, InputError, ReferenceStoreError, ReportFormatError
-from harness.fsio import read_array, slug, write_array, write_atomic, write_text_atomic
+from harness.fsio import read_array
 from harness.metrics import names as metric_names
 from harness.model import Attempt, CaseResult, RunReport
-from harness.references.rules import drift_from, output_meta, refuse_unusable
+from harness.references.layout import ensure_inside, entry_folder
+from harness.references.rules import drift_from, refuse_unusable
 from harness.references.store import (
-    MANIFEST_NAME,
     BlessInfo,
     Manifest,
     ReferenceEntry,
-    ReferenceFile,
     ReferenceStore,
-    file_sha256,
-    harness_version,
     read_manifest,
 )
+from harness.references.writer import Prepared, remove_replaced, write_entry, write_manifest
 
 __all__ = [
     "BlessRefusedError",
@@ -122,19 +119,6 @@ class BlessSummary:
         return "\n".join(lines)
 
 
-@dataclass(frozen=True)
-class _Prepared:
-    """An output that passed every refusal rule, ready to write."""
-
-    output: str
-    kind: str
-    array: np.ndarray
-    info: Mapping[str, Any]
-    drift: Mapping[str, Any]
-    replaces: ReferenceEntry | None
-    settings: Mapping[str, Any]
-
-
 def default_who() -> str:
     """Who is blessing: ``$USER``, else ``git config user.name``, else the login name."""
     user = os.environ.get("USER", "").strip()
@@ -186,7 +170,7 @@ def bless(
     blessed: list[BlessedOutput] = []
     skipped: list[str] = []
     refused: list[str] = []
-    to_write: list[tuple[CaseResult, list[_Prepared]]] = []
+    to_write: list[tuple[CaseResult, list[Prepared]]] = []
     for result in results:
         try:
             prepared, skips = _prepare_case(run, result, store, platform_class, force)
@@ -201,7 +185,7 @@ def bless(
         # Re-read right before writing: the manifest on disk is the one we replace.
         manifest = read_manifest(root)
         entries = dict(manifest.entries)
-        stale: list[Path] = []
+        replaced: list[ReferenceEntry] = []
         for result, prepared in to_write:
             for p in prepared:
                 info = BlessInfo(
@@ -213,11 +197,11 @@ def bless(
                     forced=force,
                     drift=p.drift,
                 )
-                entry = _write_entry(root, result, p, platform_class, info, report)
+                entry = write_entry(root, result, p, platform_class, info, report)
                 key = (entry.reference_id, entry.platform_class, entry.output)
                 old = entries.get(key)
                 if old is not None:
-                    stale += _stale_dirs(root, old, entry)
+                    replaced.append(old)
                 entries[key] = entry
                 blessed.append(
                     BlessedOutput(
@@ -230,10 +214,8 @@ def bless(
                         p.drift,
                     )
                 )
-        _write_manifest(root, Manifest(entries=entries))
-        for d in stale:
-            shutil.rmtree(d, ignore_errors=True)
-            _prune_empty(d.parent, root)
+        write_manifest(root, Manifest(entries=entries))
+        remove_replaced(root, replaced, entries.values())
 
     summary = BlessSummary(str(root), tuple(blessed), tuple(skipped), tuple(refused))
     if refused:
@@ -333,9 +315,10 @@ def _load_output(run: Path, name: str, info: Mapping[str, Any]) -> np.ndarray:
 
 def _prepare_case(
     run: Path, result: CaseResult, store: ReferenceStore, platform_class: str, force: bool
-) -> tuple[list[_Prepared], list[str]]:
+) -> tuple[list[Prepared], list[str]]:
     attempt = _pick_attempt(result)
-    prepared: list[_Prepared] = []
+    reference_id = result.reference or result.id
+    prepared: list[Prepared] = []
     skips: list[str] = []
     for name, info in sorted(attempt.outputs.items()):
         kind = str(info.get("kind", "tensor"))
@@ -344,92 +327,22 @@ def _prepare_case(
                 f"{result.id}/{name}: kind '{kind}' is not stored (its decoded content is)"
             )
             continue
+        # Checked here too, so a folder that resolves elsewhere (a symlink) refuses the case
+        # before anything is written; the writer checks every path again.
+        ensure_inside(store.root, store.root / entry_folder(reference_id, platform_class, name))
         array = _load_output(run, name, info)
         refuse_unusable(name, kind, array, info)
-        old = store.get(result.reference or result.id, name, platform_class)
+        old = store.get(reference_id, name, platform_class)
         drift: dict[str, Any] = {}
         if old is not None:
             drift = drift_from(store, old, kind, array, info, force)
         settings = _metric_settings(attempt, name)
-        prepared.append(_Prepared(name, kind, array, info, drift, old, settings))
+        prepared.append(Prepared(name, kind, array, info, drift, old, settings))
     if not prepared:
         raise ReferenceStoreError(
             f"attempt #{attempt.index} has no video, image, audio or tensor output to bless"
         )
     return prepared, skips
-
-
-# --- writing ----------------------------------------------------------------------------------
-
-
-def _png(path: Path, frame: np.ndarray) -> None:
-    media.write_png(path, frame)
-
-
-def _content_id(a: np.ndarray, extra: str) -> str:
-    h = hashlib.sha256(f"{a.dtype}{list(a.shape)}{extra}".encode())
-    h.update(np.ascontiguousarray(a).tobytes())
-    return h.hexdigest()[:12]
-
-
-def _write_entry(
-    root: Path,
-    result: CaseResult,
-    p: _Prepared,
-    platform_class: str,
-    info: BlessInfo,
-    report: RunReport,
-) -> ReferenceEntry:
-    meta = output_meta(p.info)
-    rate = meta.get("sample_rate") if p.kind == "audio" else None
-    fps = meta.get("fps") if p.kind == "video" else None
-    folder = (
-        root
-        / slug(result.reference or result.id)
-        / slug(platform_class)
-        / slug(p.output)
-        / _content_id(p.array, f"{p.kind}{rate}")
-    )
-    folder.mkdir(parents=True, exist_ok=True)
-    files: list[ReferenceFile] = []
-
-    def add(path: Path, frame: int | None = None) -> None:
-        files.append(ReferenceFile(path.relative_to(root).as_posix(), file_sha256(path), frame))
-
-    if p.kind in ("video", "image"):
-        frames = p.array if p.kind == "video" else p.array[None]
-        for i, frame in enumerate(frames):
-            path = folder / f"frame_{i:05d}.png"
-            write_atomic(path, functools.partial(_png, frame=frame))
-            add(path, i)
-    elif p.kind == "audio":
-        path = folder / "audio.wav"
-        pcm = p.array.astype(np.float32, copy=False)
-        write_atomic(path, lambda t: media.write_wav(t, pcm, int(rate or 0)))
-        add(path)
-    else:
-        path = folder / "tensor.safetensors"
-        write_array(path, p.array)
-        add(path)
-    env = dict(report.env)
-    env.setdefault("runner", report.runner)
-    return ReferenceEntry(
-        reference_id=result.reference or result.id,
-        platform_class=platform_class,
-        output=p.output,
-        kind=p.kind,
-        case_id=result.id,
-        files=tuple(files),
-        shape=tuple(int(x) for x in p.array.shape),
-        dtype=str(p.array.dtype),
-        blessed=info,
-        environment=env,
-        harness_version=harness_version(),
-        metric_settings=p.settings,
-        fps=float(fps) if isinstance(fps, int | float) else None,
-        sample_rate=int(rate) if isinstance(rate, int) else None,
-        source_hash=str(p.info.get("hash", "")),
-    )
 
 
 def _metric_settings(attempt: Attempt, output: str) -> dict[str, Any]:
@@ -440,23 +353,6 @@ def _metric_settings(attempt: Attempt, output: str) -> dict[str, Any]:
         if c.metric in quality_metrics and c.output in (output, None):
             out[c.name] = {"metric": c.metric, **dict(c.settings)}
     return out
-
-
-def _write_manifest(root: Path, manifest: Manifest) -> None:
-    text = manifest.dumps()
-    write_text_atomic(root / MANIFEST_NAME, text)
-
-
-def _stale_dirs(root: Path, old: ReferenceEntry, new: ReferenceEntry) -> list[Path]:
-    """Folders of the replaced entry that the new entry no longer uses."""
-    keep = {(root / f.path).parent for f in new.files}
-    return sorted({(root / f.path).parent for f in old.files} - keep)
-
-
-def _prune_empty(folder: Path, root: Path) -> None:
-    while folder != root and folder.is_dir() and not any(folder.iterdir()):
-        folder.rmdir()
-        folder = folder.parent
 
 
 def _fmt(v: Any) -> str:
