@@ -2,15 +2,26 @@
 
 ``bless`` takes a finished run folder (``report.json`` plus the output files it names) and pins
 the outputs of its cases as references: video frames as PNG, audio as float32 WAV, tensors as
-safetensors (``file`` outputs such as an MP4 are not stored; their decoded frames are). It
-refuses, writing nothing for that case, when an output
+safetensors (``file`` outputs such as an MP4 are not stored; their decoded frames are). From
+each case it takes the last passing measured attempt; with none, the last one that failed only
+quality checks, as every attempt does before the first bless, but only for outputs that have no
+reference yet on the lookup chain.
 
-* holds NaN or Inf values;
-* is a blank or near-constant image (a frame with std < ``MIN_FRAME_STD`` on 0-255) or
-  silent audio (peak < ``MIN_AUDIO_PEAK``);
-* drifts from the reference it would replace beyond ``DRIFT_BOUNDS`` (video: worst-frame
+It refuses, writing nothing for that case,
+
+* never to be overridden: a simulated result ("a simulated <platform> result can never be a
+  reference"); an output file that no longer matches the content hash the attempt recorded
+  (:mod:`harness.references.source`); an output with NaN or Inf values, a blank or
+  near-constant frame (std < ``MIN_FRAME_STD`` on 0-255) or silent audio
+  (peak < ``MIN_AUDIO_PEAK``);
+* unless ``force=True``: a case whose case-level checks failed (``identical_outputs`` across
+  repeats, latency budgets); an output whose attempt failed its own quality checks while a
+  reference exists on the lookup chain; an output that drifts from the reference the lookup
+  chain of ``platform_class`` uses now (also when blessing into a new platform class, e.g.
+  ``mi300x`` over ``any``): each quality check the attempt recorded on that output is re-run
+  against it with the case's own op and threshold, and ``DRIFT_BOUNDS`` (video: worst-frame
   mean abs diff > 8 or SSIM < 0.9; audio: SNR < 20 dB; tensors: max abs diff > 1 % of range;
-  or any change of shape), unless ``force=True``.
+  any change of shape) applies as a floor, also to outputs without checks.
 
 The rules and their bounds live in :mod:`harness.references.rules`.
 
@@ -39,15 +50,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from harness import media
-from harness.errors import HarnessError, InputError, ReferenceStoreError, ReportFormatError
-from harness.fsio import read_array
+from harness.errors import HarnessError, InputError, ReferenceStoreError
 from harness.metrics import names as metric_names
-from harness.model import Attempt, CaseResult, RunReport
+from harness.model import Attempt, CaseResult
 from harness.references.layout import ensure_inside, entry_folder
-from harness.references.rules import drift_from, refuse_unusable
+from harness.references.rules import (
+    drift_from,
+    lookup_chain,
+    quality_checks,
+    refuse_case,
+    refuse_failed_checks,
+    refuse_unusable,
+)
+from harness.references.source import load_output, pick_attempt, read_report, select_cases
 from harness.references.store import (
     BlessInfo,
     Manifest,
@@ -161,8 +176,8 @@ def bless(
     root = Path(store_root)
     if not reason or not reason.strip():
         raise InputError("bless needs a reason (--reason TEXT): why are these outputs right?")
-    report = _read_report(run)
-    results = _select_cases(report, case_id, platform or platform_class)
+    report = read_report(run)
+    results = select_cases(report, case_id, platform or platform_class)
     who = who or default_who()
     when = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
     store = ReferenceStore(root)
@@ -228,95 +243,16 @@ def bless(
     return summary
 
 
-# --- reading the run --------------------------------------------------------------------------
-
-
-def _read_report(run: Path) -> RunReport:
-    path = run / "report.json"
-    if not path.is_file():
-        raise InputError(f"{path}: no report.json in the run folder (is --run a run folder?)")
-    import json
-
-    try:
-        return RunReport.from_json(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
-        raise ReportFormatError(f"{path}: cannot read the run report: {exc!r}") from exc
-
-
-def _select_cases(report: RunReport, case_id: str | None, platform: str) -> list[CaseResult]:
-    ids = sorted({c.id for c in report.cases})
-    if case_id is not None and case_id not in ids:
-        raise InputError(f"case '{case_id}' is not in the run (cases: {', '.join(ids) or 'none'})")
-    selected = []
-    for cid in ids if case_id is None else [case_id]:
-        candidates = [c for c in report.cases if c.id == cid]
-        if len(candidates) > 1:
-            candidates = [c for c in candidates if c.platform == platform] or candidates
-        if len(candidates) > 1:
-            raise InputError(
-                f"case '{cid}' ran on platforms {[c.platform for c in candidates]}; "
-                "say which to bless with --platform"
-            )
-        selected.append(candidates[0])
-    return selected
-
-
-def _pick_attempt(result: CaseResult) -> Attempt:
-    """The last passing measured attempt; else the last one that failed only quality checks.
-
-    The second rule lets a first bless happen at all: without a reference, the quality checks
-    of every attempt fail, although the target ran and produced its outputs.
-    """
-    quality_metrics = set(metric_names())
-    measured = [a for a in result.attempts if not a.warmup]
-    passed = [a for a in measured if a.status == "passed"]
-    if passed:
-        return passed[-1]
-    only_quality = [
-        a
-        for a in measured
-        if a.status == "failed"
-        and a.error is not None
-        and a.error.type == "CheckFailed"
-        and all(c.metric in quality_metrics for c in a.checks if c.blocking)
-    ]
-    if only_quality:
-        return only_quality[-1]
-    statuses = ", ".join(f"#{a.index} {a.status}" for a in result.attempts) or "none"
-    raise ReferenceStoreError(f"no passing measured attempt to bless (attempts: {statuses})")
-
-
-def _resolve(run: Path, path: str) -> Path:
-    p = Path(path)
-    if p.is_absolute():
-        return p
-    return run / p if (run / p).exists() or not p.exists() else p
-
-
-def _load_output(run: Path, name: str, info: Mapping[str, Any]) -> np.ndarray:
-    raw = info.get("path")
-    if not raw:
-        raise ReferenceStoreError(f"output '{name}' has no file in the run (no 'path')")
-    path = _resolve(run, str(raw))
-    if not path.is_file():
-        raise ReferenceStoreError(f"output '{name}': file {path} does not exist")
-    if path.suffix == ".safetensors":
-        try:
-            return np.asarray(read_array(path))
-        except ValueError as exc:
-            raise ReferenceStoreError(f"output '{name}': {exc}") from exc
-    if info.get("kind") == "audio":
-        return media.decode_audio(path).pcm
-    return media.decode_video(path).frames
-
-
 # --- refusal rules ----------------------------------------------------------------------------
 
 
 def _prepare_case(
     run: Path, result: CaseResult, store: ReferenceStore, platform_class: str, force: bool
 ) -> tuple[list[Prepared], list[str]]:
-    attempt = _pick_attempt(result)
+    refuse_case(result, force)
+    chosen = pick_attempt(result)
+    attempt = chosen.attempt
+    chain = lookup_chain(platform_class, result.platform)
     reference_id = result.reference or result.id
     prepared: list[Prepared] = []
     skips: list[str] = []
@@ -330,12 +266,26 @@ def _prepare_case(
         # Checked here too, so a folder that resolves elsewhere (a symlink) refuses the case
         # before anything is written; the writer checks every path again.
         ensure_inside(store.root, store.root / entry_folder(reference_id, platform_class, name))
-        array = _load_output(run, name, info)
+        array = load_output(run, name, info)
         refuse_unusable(name, kind, array, info)
-        old = store.get(reference_id, name, platform_class)
+        # The reference a lookup for this platform class uses now: the entry this bless
+        # replaces, or the fallback it would shadow (e.g. ``any`` under a new ``mi300x``).
+        current = _first_on_chain(store, reference_id, name, chain)
+        refuse_failed_checks(attempt, name, current, chosen.first_bless, chain, force)
         drift: dict[str, Any] = {}
-        if old is not None:
-            drift = drift_from(store, old, kind, array, info, force)
+        if current is not None:
+            drift = drift_from(
+                store,
+                current,
+                kind,
+                array,
+                info,
+                force,
+                checks=quality_checks(attempt, name),
+                replaces=current.platform_class == platform_class,
+                chain=chain,
+            )
+        old = store.get(reference_id, name, platform_class)
         settings = _metric_settings(attempt, name)
         prepared.append(Prepared(name, kind, array, info, drift, old, settings))
     if not prepared:
@@ -343,6 +293,16 @@ def _prepare_case(
             f"attempt #{attempt.index} has no video, image, audio or tensor output to bless"
         )
     return prepared, skips
+
+
+def _first_on_chain(
+    store: ReferenceStore, reference_id: str, output: str, chain: list[str]
+) -> ReferenceEntry | None:
+    for plat in chain:
+        entry = store.get(reference_id, output, plat)
+        if entry is not None:
+            return entry
+    return None
 
 
 def _metric_settings(attempt: Attempt, output: str) -> dict[str, Any]:
