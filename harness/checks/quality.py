@@ -44,6 +44,7 @@ import numpy as np
 
 from harness import media, metrics
 from harness.errors import HarnessError
+from harness.fsio import read_array
 from harness.metrics import MetricResult, Reduce
 from harness.model import Case, CheckResult, CheckSpec, compare, fmt_number
 from harness.references.store import ReferenceEntry, ReferenceStore
@@ -214,12 +215,10 @@ def _obtained(
         raise _CheckFailed(f"output '{name}' has neither an in-memory array nor a file")
     path = Path(str(raw))
     if path.suffix == ".safetensors":
-        from safetensors.numpy import load_file
-
         try:
-            return np.asarray(load_file(str(path))["data"])
-        except Exception as exc:  # safetensors raises its own error types
-            raise _CheckFailed(f"output '{name}': cannot load {path}: {exc}") from exc
+            return np.asarray(read_array(path))
+        except ValueError as exc:
+            raise _CheckFailed(f"output '{name}': {exc}") from exc
     if _is_audio(metric):
         return media.decode_audio(path).pcm
     return media.decode_video(path).frames

@@ -52,7 +52,7 @@ from typing import Any
 
 from harness.errors import HarnessError, InputError, ReferenceStoreError
 from harness.metrics import names as metric_names
-from harness.model import Attempt, CaseResult
+from harness.model import Attempt, CaseResult, fmt_number
 from harness.references.layout import ensure_inside, entry_folder
 from harness.references.rules import (
     drift_from,
@@ -122,7 +122,7 @@ class BlessSummary:
         lines = []
         for b in self.blessed:
             what = "replaced" if b.replaced else "new"
-            drift = ", ".join(f"{k}={_fmt(v)}" for k, v in b.drift.items())
+            drift = ", ".join(f"{k}={fmt_number(v)}" for k, v in b.drift.items())
             lines.append(
                 f"blessed {b.reference_id}/{b.platform_class}/{b.output} ({b.kind}, "
                 f"{b.files} file{'s' if b.files != 1 else ''}, {what})"
@@ -313,7 +313,3 @@ def _metric_settings(attempt: Attempt, output: str) -> dict[str, Any]:
         if c.metric in quality_metrics and c.output in (output, None):
             out[c.name] = {"metric": c.metric, **dict(c.settings)}
     return out
-
-
-def _fmt(v: Any) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
