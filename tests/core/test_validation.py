@@ -16,8 +16,9 @@ import pytest
 from harness import metrics, platforms
 from harness.cases import load_file, load_suite
 from harness.checks import CASE_LEVEL_METRICS, evaluate_attempt_checks
-from harness.errors import CaseFileError
+from harness.errors import CaseFileError, ProfileError
 from harness.model import Case, CheckSpec, vocab
+from harness.platforms.profile import load_profile
 
 HEAD = "[[case]]\nid = 'c'\nkind = 'loader'\ntarget = 'm:f'\n"
 
@@ -208,3 +209,46 @@ def test_every_metric_the_loader_accepts_is_one_the_checks_run(tmp_path: Path) -
         ran=True,
     )
     assert result.reason and "unknown metric" in result.reason  # the loader must reject it
+
+
+# --- runner profiles -------------------------------------------------------------------------
+
+BAD_PROFILES = [
+    ("platform = 'cpuu'", "key 'platform' = 'cpuu': expected one of cpu, cuda, hip"),
+    ("time_budget_s = nan", "key 'time_budget_s' = nan: expected a finite positive number"),
+    ("time_budget_s = inf", "key 'time_budget_s' = inf: expected a finite positive number"),
+    ("time_budget_s = -5", "key 'time_budget_s' = -5: expected a finite positive number"),
+    ("threads = 0", "key 'threads' = 0: expected an integer from 1 to 1024"),
+    ("threads = 9223372036854775807", "key 'threads' = 9223372036854775807: expected an integer"),
+    ("device_count = -1", "key 'device_count' = -1: expected an integer from 0 to 1024"),
+    ("name = '../x'", "key 'name' = '../x': expected letters, digits"),
+    ("[retry]\nretries = 11", "key 'retry.retries' = 11: expected an integer from 0 to 10"),
+    ("[retry]\nretries = -1", "key 'retry.retries' = -1: expected an integer from 0 to 10"),
+    ("[budgets.c]\nDenoise = nan", "key 'budgets.c.Denoise' = nan: expected a finite positive"),
+    ("[budgets.c]\nDenoise = inf", "key 'budgets.c.Denoise' = inf: expected a finite positive"),
+    ("[budgets.c]\nDenoise = 0", "key 'budgets.c.Denoise' = 0: expected a finite positive"),
+]
+
+
+@pytest.mark.parametrize(("body", "expected"), BAD_PROFILES, ids=[b for b, _ in BAD_PROFILES])
+def test_bad_runner_profile_value_names_file_and_key(
+    tmp_path: Path, body: str, expected: str
+) -> None:
+    path = write(tmp_path, body + "\n", "runner.toml")
+    with pytest.raises(ProfileError) as info:
+        load_profile(path)
+    assert str(info.value).startswith(f"{path}: "), str(info.value)
+    assert expected in str(info.value)
+
+
+def test_binary_runner_profile_is_an_input_error(tmp_path: Path) -> None:
+    path = tmp_path / "runner.toml"
+    path.write_bytes(b"\xcd\xff\x00binary")
+    with pytest.raises(ProfileError, match=r"runner\.toml: cannot read runner profile"):
+        load_profile(path)
+
+
+def test_shipped_runner_profiles_still_load() -> None:
+    root = Path(__file__).resolve().parents[2] / "runners"
+    loaded = [load_profile(p) for p in sorted(root.glob("*.toml"))]
+    assert loaded and all(p.platform in vocab.PLATFORMS for p in loaded)
