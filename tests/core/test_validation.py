@@ -16,9 +16,10 @@ import pytest
 from harness import metrics, platforms
 from harness.cases import load_file, load_suite
 from harness.checks import CASE_LEVEL_METRICS, evaluate_attempt_checks
-from harness.errors import CaseFileError, ProfileError
-from harness.model import Case, CheckSpec, vocab
+from harness.errors import CaseFileError, ProfileError, ReportFormatError
+from harness.model import Case, CaseResult, CheckSpec, RunReport, vocab
 from harness.platforms.profile import load_profile
+from harness.report.io import read_report, write_run
 
 HEAD = "[[case]]\nid = 'c'\nkind = 'loader'\ntarget = 'm:f'\n"
 
@@ -252,3 +253,54 @@ def test_shipped_runner_profiles_still_load() -> None:
     root = Path(__file__).resolve().parents[2] / "runners"
     loaded = [load_profile(p) for p in sorted(root.glob("*.toml"))]
     assert loaded and all(p.platform in vocab.PLATFORMS for p in loaded)
+
+
+# --- report.json read back -----------------------------------------------------------------
+
+
+def _report(**case: object) -> RunReport:
+    fields: dict[str, object] = {"id": "c", "kind": "loader", "platform": "cpu", "status": "passed"}
+    fields.update(case)
+    return RunReport(
+        run_id="r",
+        started_at="t0",
+        finished_at="t1",
+        argv=("harness", "run"),
+        runner="cpu",
+        env={"error": "no worker started; environment not collected"},
+        cases=(CaseResult(**fields),),  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (b"[]", "not a report: expected a JSON object, got array"),
+        (b"null", "not a report: expected a JSON object, got null"),
+        (b"3", "not a report: expected a JSON object, got number"),
+        (b"\x89PNG\r\n\x1a\n\x00\xff", "not a report: not UTF-8 text"),
+    ],
+    ids=["array", "null", "number", "binary"],
+)
+def test_read_report_rejects_what_is_not_a_report(
+    tmp_path: Path, content: bytes, expected: str
+) -> None:
+    (tmp_path / "report.json").write_bytes(content)
+    with pytest.raises(ReportFormatError, match=expected):
+        read_report(tmp_path)
+
+
+def test_read_report_rejects_an_unknown_status_and_unknown_fields(tmp_path: Path) -> None:
+    write_run(_report(), tmp_path, latest=False)
+    good = json.loads((tmp_path / "report.json").read_text())
+    assert read_report(tmp_path).cases[0].status == "passed"
+    doc = json.loads(json.dumps(good))
+    doc["cases"][0]["status"] = "green"
+    (tmp_path / "report.json").write_text(json.dumps(doc))
+    with pytest.raises(ReportFormatError, match=r"report\.json: \$\.cases\[0\]\.status: 'green'"):
+        read_report(tmp_path)
+    doc = json.loads(json.dumps(good))
+    doc["cases"][0]["owner"] = "someone"  # a field the renderers would silently drop
+    (tmp_path / "report.json").write_text(json.dumps(doc))
+    with pytest.raises(ReportFormatError, match=r"\$\.cases\[0\]\.owner: unknown key"):
+        read_report(tmp_path)
