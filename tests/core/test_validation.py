@@ -12,14 +12,16 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from markdown_it import MarkdownIt
 
 from harness import metrics, platforms
 from harness.cases import load_file, load_suite
 from harness.checks import CASE_LEVEL_METRICS, evaluate_attempt_checks
 from harness.errors import CaseFileError, ProfileError, ReportFormatError
-from harness.model import Case, CaseResult, CheckSpec, RunReport, vocab
+from harness.model import Case, CaseResult, CheckResult, CheckSpec, RunReport, vocab
 from harness.platforms.profile import load_profile
 from harness.report.io import read_report, write_run
+from harness.report.markdown import summary_markdown
 
 HEAD = "[[case]]\nid = 'c'\nkind = 'loader'\ntarget = 'm:f'\n"
 
@@ -304,3 +306,41 @@ def test_read_report_rejects_an_unknown_status_and_unknown_fields(tmp_path: Path
     (tmp_path / "report.json").write_text(json.dumps(doc))
     with pytest.raises(ReportFormatError, match=r"\$\.cases\[0\]\.owner: unknown key"):
         read_report(tmp_path)
+
+
+# --- summary.md -----------------------------------------------------------------------------
+
+NASTY = "a | b\nsecond | line\\|\r\n`tick``"
+
+
+def _table_rows(markdown: str) -> list[list[str]]:
+    tokens = MarkdownIt("commonmark").enable("table").parse(markdown)
+    rows: list[list[str]] = []
+    for i, tok in enumerate(tokens):
+        if tok.type == "tr_open":
+            rows.append([])
+        elif tok.type == "inline" and tokens[i - 1].type in ("th_open", "td_open"):
+            rows[-1].append(tok.content)
+    return rows
+
+
+def test_pipes_newlines_and_backticks_keep_the_summary_table_whole() -> None:
+    check = CheckResult("q", "clip", None, ">=", 0.9, "fail", passed=None, reason="no\nmodel")
+    report = _report(
+        kind="load|er", platform="c\npu", status="failed", reason="\n" + NASTY, checks=(check,)
+    )
+    md = summary_markdown(report)
+    rows = _table_rows(md)
+    assert len(rows) == 2 and all(len(r) == 4 for r in rows), rows
+    name, status, attempts, note = rows[1]
+    assert "load|er" in name and "c pu" in name  # the whole name, on one line
+    assert status == "failed" and attempts == "0"
+    assert note.startswith("a | b") and note.endswith("...")  # the first line, not a blank one
+    (not_run,) = [line for line in md.splitlines() if line.startswith("- ")]
+    assert "no model" in not_run
+
+
+def test_a_backtick_in_a_name_does_not_end_its_code_span() -> None:
+    md = summary_markdown(_report(kind="lo`der"))
+    html = MarkdownIt("commonmark").enable("table").render(md)
+    assert "<code>lo`der/c[cpu]</code>" in html
