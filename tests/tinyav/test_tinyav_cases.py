@@ -111,7 +111,7 @@ PIPELINE_STAGES = {
 def test_latency_budgets_live_in_the_cpu_runner_profile() -> None:
     """No case carries its own (65x loose) budget; the cpu profile budgets every pipeline case,
     by a real case id and a stage the pipeline records, with the floor it states."""
-    from harness.profile import resolve_profile
+    from harness.platforms.profile import resolve_profile
 
     assert all(not c.budget for c in CASES), [c.id for c in CASES if c.budget]
     budgets = resolve_profile("cpu", ROOT / "runners").budgets

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.cases import Case, load_file
+from harness.cases import load_file
+from harness.model import Case
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = ROOT / "targets" / "tinyav"

@@ -14,7 +14,8 @@ from tinyav.loader import inspect_checkpoint, quantized_modules
 from tinyav.scenarios import pipeline as sp
 from torch import nn
 
-from harness.cases import Case, load_file
+from harness.cases import load_file
+from harness.model import Case
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = {c.id: c for f in sorted((ROOT / "cases").glob("*/*.toml")) for c in load_file(f)}
