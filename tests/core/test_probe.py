@@ -289,11 +289,14 @@ def test_nonfinite_files_fail_a_real_run_naming_the_output(project: Path) -> Non
         check = next(k for k in result["checks"] if k["name"] == f"finite({output})")
         assert check["passed"] is False and check["value"] == count
         assert f"output '{output}' contains {count} NaN/Inf" in result["reason"]
+    # An output the probe cannot decode is never a pass: its finite() check did not run, and
+    # a "fail"-policy check that could not run makes the case an error naming it.
     opaque = cases["opaque"]
-    assert opaque["status"] == "passed"  # nothing failed, but the check says it did not run
     check = next(k for k in opaque["checks"] if k["name"] == "finite(blob)")
-    assert check["passed"] is None and "no decoder for '.bin' files" in check["reason"]
-    assert "not run" in proc.stderr and "finite(blob)" in proc.stderr
+    assert check["passed"] is None and check["value"] is None
+    assert "no decoder for '.bin' files" in check["reason"]
+    assert opaque["status"] == "error"
+    assert "finite(blob)" in opaque["reason"] and "no decoder for '.bin'" in opaque["reason"]
 
     twice = cases["twice"]
     assert twice["status"] == "error"
