@@ -132,16 +132,12 @@ class Executor:
             detail = getattr(reply, "detail", getattr(reply, "message", ""))
         except (WorkerTimeout, WorkerCrashed, ProtocolViolation) as exc:
             ok, detail = False, f"platform probe failed: {exc}"
+        # Where the work then ran is told by the devices the attempts recorded (aggregate).
         self.simulated[key] = (
-            None
-            if ok
-            else (
-                f"simulated: {platform} is not available here ({detail}); the case ran on this "
-                "machine's CPU with the platform's code paths selected"
-            )
+            None if ok else f"simulated: {platform} is not available here ({detail})"
         )
         if not ok:
-            self.say(f"platform {platform}: {self.simulated[key]}")
+            self.say(f"platform {platform}: {self.simulated[key]}; results labelled simulated")
 
     # -- one attempt ---------------------------------------------------------------------------
 
