@@ -357,12 +357,15 @@ def _file_nonfinite(path: Path) -> tuple[int | None, str | None]:
                 with loaded:
                     parts = [loaded[k] for k in loaded.files]
         else:
-            known = ", ".join(sorted({*_MEDIA_SUFFIXES, ".safetensors", ".npy", ".npz"}))
+            known = ", ".join(sorted(_DECODABLE))
             return None, f"{path.name}: the harness has no decoder for '{suffix}' files ({known})"
     except Exception as exc:  # a broken file is this output's problem, recorded, never a pass
         msg = str(exc)
         return None, msg if str(path) in msg else f"{path}: {type(exc).__name__}: {msg}"
     return sum(_nonfinite(part) for part in parts), None
+
+
+_DECODABLE = frozenset({*_MEDIA_SUFFIXES, ".safetensors", ".npy", ".npz"})
 
 
 def _claim(rec: _Recorder, name: str, suffix: str) -> Path | None:
@@ -416,6 +419,9 @@ def output(name: str, array_or_path: Any, **meta: Any) -> None:
         }
         if why is not None:
             entry["nonfinite_reason"] = why
+            # A format the harness decodes that does not decode is a broken output (a failure);
+            # a format it has no decoder for holds no numbers it could judge (not run).
+            entry["corrupt"] = src.suffix.lower() in _DECODABLE
         rec.outputs[name] = entry
         return
     dst = _claim(rec, name, ".safetensors")
