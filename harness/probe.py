@@ -1,8 +1,10 @@
 """What a target calls to tell the harness what happened inside an attempt.
 
-Import-light on purpose: importing this module imports nothing beyond the standard library, so
-instrumented production code pays nothing for it. Outside an attempt every function is a cheap
-no-op (``seed()`` and ``platform()`` return ``None``).
+Import-light on purpose: importing this module imports nothing beyond the standard library
+(and :mod:`harness.fsio`, which is standard library only), so instrumented production code pays
+nothing for it; numpy, PyAV and safetensors are imported only when a call needs them, and torch
+never (a tensor passed in means the target has imported it already). Outside an attempt every
+function is a cheap no-op (``seed()`` and ``platform()`` return ``None``).
 
 Example, inside a target::
 
@@ -29,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.fsio import read_tensors, slug, write_array
+
 __all__ = [
     "active",
     "fingerprint",
@@ -40,22 +44,9 @@ __all__ = [
     "stage",
 ]
 
-_MEDIA_SUFFIXES = {
-    ".mp4",
-    ".mkv",
-    ".mov",
-    ".webm",
-    ".avi",
-    ".wav",
-    ".flac",
-    ".mp3",
-    ".m4a",
-    ".aac",
-    ".ogg",
-    ".png",
-    ".jpg",
-    ".jpeg",
-}
+_AUDIO_SUFFIXES = frozenset({".wav", ".flac", ".mp3", ".m4a", ".aac", ".ogg"})
+_IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg"})
+_MEDIA_SUFFIXES = _AUDIO_SUFFIXES | _IMAGE_SUFFIXES | {".mp4", ".mkv", ".mov", ".webm", ".avi"}
 
 
 @dataclass
@@ -167,13 +158,20 @@ def _hash_prefix() -> str:
         return "sha256:"
 
 
+def _torch_tensor(x: Any) -> Any:
+    """``x`` if it is a torch tensor (torch already imported by the target), else None."""
+    torch = sys.modules.get("torch")
+    return x if torch is not None and isinstance(x, torch.Tensor) else None
+
+
 def _as_numpy(x: Any) -> Any:
     """A numpy view of a tensor or array; torch dtypes numpy lacks are widened to float32."""
     import numpy as np
 
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(x, torch.Tensor):
-        t = x.detach().cpu()
+    t = _torch_tensor(x)
+    if t is not None:
+        torch = sys.modules["torch"]
+        t = t.detach().cpu()
         if t.dtype in (torch.bfloat16, torch.float16) or "float8" in str(t.dtype):
             t = t.to(torch.float32)
         return t.contiguous().numpy()
@@ -185,13 +183,22 @@ def _raw_bytes(x: Any) -> tuple[Any, str, tuple[int, ...]]:
     dtype name and shape."""
     import numpy as np
 
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(x, torch.Tensor):
-        t = x.detach().cpu().contiguous()
-        raw = t.reshape(-1).view(torch.uint8).numpy()
+    t = _torch_tensor(x)
+    if t is not None:
+        t = t.detach().cpu().contiguous()
+        raw = t.reshape(-1).view(sys.modules["torch"].uint8).numpy()
         return raw, str(t.dtype).removeprefix("torch."), tuple(t.shape)
     a = np.ascontiguousarray(np.asarray(x))
     return a.reshape(-1).view(np.uint8), str(a.dtype), tuple(a.shape)
+
+
+def _where(x: Any) -> dict[str, str]:
+    """Where a tensor lived (``cpu``, ``cuda:0``, ``npu:0``...) and whose array it is; a numpy
+    array (or anything else made into one) is ``cpu``."""
+    t = _torch_tensor(x)
+    if t is not None:
+        return {"device": str(t.device), "framework": "torch"}
+    return {"device": "cpu", "framework": "numpy"}
 
 
 def content_hash(x: Any) -> str:
@@ -203,21 +210,25 @@ def content_hash(x: Any) -> str:
     return _hash_prefix() + h.hexdigest()
 
 
+def _nonfinite(a: Any) -> int:
+    """How many NaN/Inf values a numpy array holds (0 for integer and other kinds)."""
+    import numpy as np
+
+    if a.dtype.kind not in "fc" or not a.size:
+        return 0
+    return int(a.size - np.count_nonzero(np.isfinite(a)))
+
+
 def _describe(x: Any) -> tuple[dict[str, Any], Any]:
     """The fingerprint of ``x`` and the numpy array it was computed on (for reuse)."""
     import numpy as np
 
     a = _as_numpy(x)
-    nonfinite = 0
+    nonfinite = _nonfinite(a)
     lo = hi = mean = None
-    if a.size:
-        if a.dtype.kind in "fc":
-            finite = np.isfinite(a)
-            nonfinite = int(a.size - int(finite.sum()))
-            vals = a[finite] if nonfinite else a
-        else:
-            vals = a
-        if vals.size and a.dtype.kind in "biuf":
+    if a.size and a.dtype.kind in "biuf":
+        vals = a[np.isfinite(a)] if nonfinite else a
+        if vals.size:
             lo, hi = float(vals.min()), float(vals.max())
             mean = float(vals.mean(dtype=np.float64))
     _, dtype, shape = _raw_bytes(x)
@@ -229,12 +240,14 @@ def _describe(x: Any) -> tuple[dict[str, Any], Any]:
         "min": lo,
         "max": hi,
         "mean": mean,
+        **_where(x),
     }
     return info, a
 
 
 def describe(x: Any) -> dict[str, Any]:
-    """Fingerprint of a tensor or array: hash, dtype, shape, non-finite count, min, max, mean."""
+    """Fingerprint of a tensor or array: hash, dtype, shape, non-finite count, min, max, mean,
+    and where it lived (``device``, ``framework``)."""
     return _describe(x)[0]
 
 
@@ -244,9 +257,9 @@ def _decode_media(path: Path) -> list[Any]:
     from harness.errors import MediaError
 
     parts: list[Any] = []
-    if path.suffix.lower() not in {".wav", ".flac", ".mp3", ".m4a", ".aac", ".ogg"}:
+    if path.suffix.lower() not in _AUDIO_SUFFIXES:
         parts.append(media.decode_video(path).frames)
-    if path.suffix.lower() not in {".png", ".jpg", ".jpeg"}:
+    if path.suffix.lower() not in _IMAGE_SUFFIXES:
         try:
             parts.append(media.decode_audio(path).pcm)
         except MediaError:
@@ -322,62 +335,107 @@ def record_input(name: str, data_or_path: Any) -> None:
     _current.inputs[name] = hash_input(data_or_path)
 
 
-def _safe_name(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+def _file_nonfinite(path: Path) -> tuple[int | None, str | None]:
+    """NaN/Inf count of a file's decoded content, or ``(None, why)`` when it cannot be decoded.
+
+    Media (audio PCM, video and image pixels), every tensor of a ``.safetensors`` file (bf16 and
+    fp8 included), ``.npy`` and every array of an ``.npz`` (never unpickled).
+    """
+    suffix = path.suffix.lower()
+    try:
+        if suffix in _MEDIA_SUFFIXES:
+            parts = _decode_media(path)
+        elif suffix == ".safetensors":
+            parts = list(read_tensors(path).values())
+        elif suffix in (".npy", ".npz"):
+            import numpy as np
+
+            loaded = np.load(path, allow_pickle=False)
+            if isinstance(loaded, np.ndarray):
+                parts = [loaded]
+            else:
+                with loaded:
+                    parts = [loaded[k] for k in loaded.files]
+        else:
+            known = ", ".join(sorted(_DECODABLE))
+            return None, f"{path.name}: the harness has no decoder for '{suffix}' files ({known})"
+    except Exception as exc:  # a broken file is this output's problem, recorded, never a pass
+        msg = str(exc)
+        return None, msg if str(path) in msg else f"{path}: {type(exc).__name__}: {msg}"
+    return sum(_nonfinite(part) for part in parts), None
+
+
+_DECODABLE = frozenset({*_MEDIA_SUFFIXES, ".safetensors", ".npy", ".npz"})
+
+
+def _claim(rec: _Recorder, name: str, suffix: str) -> Path | None:
+    """Reserve ``name`` in this attempt and pick its file in the output folder.
+
+    One name, one output: a second ``output(name, ...)`` would overwrite the first (and lose
+    a NaN recorded in between), so it is an error. File names are ``slug(name) + suffix``,
+    injective because ``slug`` is and a suffix holds exactly one dot.
+    """
+    if name in rec.outputs:
+        raise ValueError(
+            f"probe.output: output '{name}' was already recorded in this attempt; "
+            "give every output its own name"
+        )
+    if rec.output_dir is None:
+        return None
+    rec.output_dir.mkdir(parents=True, exist_ok=True)
+    return rec.output_dir / f"{slug(name)}{suffix}"
 
 
 def output(name: str, array_or_path: Any, **meta: Any) -> None:
     """Record an output: an array (saved as safetensors) or a file (copied into the run).
 
-    ``meta`` describes it for the checks: ``kind`` (``video``, ``audio``, ``image``,
-    ``tensor``, ``file``), ``fps``, ``sample_rate``.
+    Either way its content is decoded and counted for NaN/Inf, which the always-on
+    ``finite(name)`` check turns into a verdict; a file the harness cannot decode records
+    ``nonfinite: None`` and why, and that check reports *not run*. Each name may be used once
+    per attempt. ``meta`` describes the output for the checks: ``kind`` (``video``,
+    ``audio``, ``image``, ``tensor``, ``file``), ``fps``, ``sample_rate``.
     """
     if _current is None:
         return
     rec = _current
     clean_meta = {k: v for k, v in meta.items() if isinstance(v, str | int | float | bool)}
+    if isinstance(array_or_path, str) and not os.path.isfile(array_or_path):
+        raise FileNotFoundError(f"probe.output('{name}', ...): no such file: {array_or_path}")
     if _is_pathlike(array_or_path):
         src = Path(array_or_path)
+        # Suffix-less files get ".bin", so every file name keeps exactly one dotted suffix.
+        dst = _claim(rec, name, src.suffix or ".bin")
+        if dst is not None:
+            shutil.copyfile(src, dst)
+        stored = dst or src
+        nonfinite, why = _file_nonfinite(stored)
         entry: dict[str, Any] = {
             "kind": str(meta.get("kind", "file")),
-            "hash": _file_hash(src),
-            "bytes": src.stat().st_size,
-            "nonfinite": 0,
+            "hash": _file_hash(stored),
+            "bytes": stored.stat().st_size,
+            "nonfinite": nonfinite,
             "meta": clean_meta,
+            "path": str(stored),
         }
-        if rec.output_dir is not None:
-            rec.output_dir.mkdir(parents=True, exist_ok=True)
-            dst = rec.output_dir / f"{_safe_name(name)}{src.suffix}"
-            shutil.copyfile(src, dst)
-            entry["path"] = str(dst)
-        else:
-            entry["path"] = str(src)
+        if why is not None:
+            entry["nonfinite_reason"] = why
+            # A format the harness decodes that does not decode is a broken output (a failure);
+            # a format it has no decoder for holds no numbers it could judge (not run).
+            entry["corrupt"] = src.suffix.lower() in _DECODABLE
         rec.outputs[name] = entry
         return
+    dst = _claim(rec, name, ".safetensors")
     info, array = _describe(array_or_path)
     entry = {
         "kind": str(meta.get("kind", "tensor")),
-        "hash": info["hash"],
-        "dtype": info["dtype"],
-        "shape": info["shape"],
-        "nonfinite": info["nonfinite"],
-        "min": info["min"],
-        "max": info["max"],
+        **{k: info[k] for k in ("hash", "dtype", "shape", "nonfinite", "min", "max")},
+        "device": info["device"],
+        "framework": info["framework"],
         "meta": clean_meta,
     }
     rec.output_arrays[name] = array
-    if rec.output_dir is not None:
-        from safetensors.numpy import save_file
-
-        rec.output_dir.mkdir(parents=True, exist_ok=True)
-        dst = rec.output_dir / f"{_safe_name(name)}.safetensors"
-        tmp = dst.with_suffix(".safetensors.tmp")
-        save_file(
-            {"data": array.copy() if not array.flags.c_contiguous else array},
-            str(tmp),
-            metadata={k: str(v) for k, v in clean_meta.items()},
-        )
-        os.replace(tmp, dst)
+    if dst is not None:
+        write_array(dst, array, metadata={k: str(v) for k, v in clean_meta.items()})
         entry["path"] = str(dst)
     rec.outputs[name] = entry
 

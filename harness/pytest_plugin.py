@@ -37,6 +37,10 @@ class HarnessCheckNotRunWarning(pytest.PytestWarning):
     """A check of a passing case could not run (say, no CLIP model): reported, never passed."""
 
 
+class HarnessSimulatedWarning(pytest.PytestWarning):
+    """A case ran on a simulated platform: its pass is not a pass on that platform."""
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("harness", "harness case suite")
     group.addoption(
@@ -76,6 +80,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="DIR",
         default=None,
         help="reference store, read-only (default: references/)",
+    )
+    group.addoption(
+        "--harness-real-only",
+        action="store_true",
+        default=False,
+        help="turn results on simulated platforms into skips that say why",
     )
 
 
@@ -178,6 +188,20 @@ class CaseItem(pytest.Item):
             self.user_properties.append((key, value))
         for stage, secs in result.stage_medians().items():
             self.user_properties.append((f"stage.{stage}", round(secs, 6)))
+        self.user_properties.append(("simulated", "true" if result.simulated else "false"))
+        if result.simulated and result.status in ("passed", "flaky"):
+            if self.config.getoption("harness_real_only"):
+                raise pytest.skip.Exception(
+                    f"--harness-real-only: {result.reason or 'simulated platform'}",
+                    _use_item_location=True,
+                )
+            state.simulated.append(self.name)
+            warnings.warn(
+                HarnessSimulatedWarning(
+                    f"{self.name} passed on a SIMULATED platform: {result.reason}"
+                ),
+                stacklevel=1,
+            )
         for check in result.checks:
             if check.passed is None:
                 warnings.warn(
@@ -226,6 +250,7 @@ class _BatchState:
         self.runner: Runner | None = None
         self.results: dict[str, CaseResult] = {}
         self.flaky: list[str] = []
+        self.simulated: list[str] = []
 
     def _make_runner(self) -> Runner:
         from harness.execution.run import Runner, RunOptions, new_run_id
@@ -290,9 +315,11 @@ def _state(config: pytest.Config) -> _BatchState:
     return state
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = session.config.stash.get(_STATE_KEY, None)
     if state is not None:
+        if exitstatus == pytest.ExitCode.INTERRUPTED and state.runner is not None:
+            state.runner.interrupted = True
         run_dir = state.finish()
         if run_dir is not None:
             session.config.stash[_RUN_DIR_KEY] = run_dir
@@ -309,6 +336,11 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     terminalreporter.write_sep("-", "harness")
     if state is not None and state.flaky:
         terminalreporter.write_line(f"flaky (passed only on retry): {', '.join(state.flaky)}")
+    if state is not None and state.simulated:
+        terminalreporter.write_line(
+            f"SIMULATED (passed on a platform this machine does not have, not a real pass): "
+            f"{', '.join(state.simulated)}"
+        )
     terminalreporter.write_line(f"harness report: {run_dir / 'report.json'}")
 
 

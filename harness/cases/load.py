@@ -4,12 +4,19 @@ A file holds one case (top-level keys) or several (``[[case]]`` tables). Every p
 error that names the file, the case, the key, the value and what was expected; unknown keys are
 errors; ids are unique across the suite, and a duplicate names both files.
 
+Values are checked for what the run will do with them, so that none that loads can crash the
+run or make a check pass that could never fail: ids and reference ids are one safe path segment;
+``platforms`` and ``thresholds`` keys are known platform names; a check's metric is known and its
+threshold has the type its metric and op need; ``params`` and ``settings`` survive the worker
+protocol's JSON unchanged (no dates, no NaN or infinity); ``repeats`` <= 1000, ``warmup`` <= 100,
+``retries`` <= 10, ``timeout_s`` at most 24 h and every number finite.
+
 Example::
 
     [[case]]
     id = "t2va-int8"
     kind = "pipeline"
-    target = "tinyav.scenarios:t2va"
+    target = "tinyav.scenarios.pipeline:t2va"
     params = { quant = "int8", steps = 4 }
     seed = 42
     repeats = 2
@@ -24,6 +31,10 @@ Example::
 
 from __future__ import annotations
 
+import datetime as dt
+import keyword
+import math
+import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -32,7 +43,29 @@ from typing import Any, Literal
 
 from harness.errors import CaseFileError
 from harness.model.case import Case, CheckSpec
-from harness.model.vocab import FRAME_MODES, KINDS, OPS, POLICIES, FrameSpec
+from harness.model.vocab import (
+    CASE_LEVEL_METRICS,
+    FRAME_MODES,
+    KINDS,
+    MAX_REPEATS,
+    MAX_RETRIES,
+    MAX_TIMEOUT_S,
+    MAX_WARMUP,
+    NOTE_PREFIX,
+    OPS,
+    ORDERING_OPS,
+    PLATFORMS,
+    POLICIES,
+    QUALITY_METRICS,
+    FrameSpec,
+)
+
+# Ids name files and folders (outputs, references): one path segment, never hidden, never
+# "." or "..", so no two ids share a file and none resolves outside its store.
+_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+_ID_EXPECTED = "letters, digits, '.', '_' or '-', not starting with '.'"
+_COUNTS = {"repeats": (1, MAX_REPEATS), "warmup": (0, MAX_WARMUP), "retries": (0, MAX_RETRIES)}
+_KNOWN_METRICS = ", ".join((*QUALITY_METRICS, *CASE_LEVEL_METRICS, f"{NOTE_PREFIX}<key>"))
 
 # key -> (expected type(s), human name of the type)
 _CASE_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
@@ -117,6 +150,70 @@ def _str_list(ctx: _Ctx, key: str, value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _finite(value: Any) -> bool:
+    return not isinstance(value, float) or math.isfinite(value)
+
+
+_NOT_FINITE = "a finite number (JSON cannot carry NaN or infinity to the worker)"
+
+
+def _check_json(ctx: _Ctx, key: str, value: Any) -> None:
+    """``value`` must reach the worker unchanged through the protocol's JSON: no TOML date or
+    time (it would arrive as a string), no NaN or infinity (not JSON)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_json(ctx, f"{key}.{k}", v)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_json(ctx, f"{key}[{i}]", v)
+    elif not _finite(value):
+        raise ctx.fail(key, value, _NOT_FINITE)
+    elif isinstance(value, dt.date | dt.time):  # a datetime is a date
+        raise ctx.fail(
+            key,
+            value,
+            "a string, number, boolean, array or table (a TOML date or time does not survive "
+            "JSON to the worker: quote it as a string)",
+        )
+
+
+def _is_name(text: str) -> bool:
+    return text.isidentifier() and not keyword.iskeyword(text)
+
+
+def _target_ok(target: str) -> bool:
+    """``module.path:function``: the worker imports the module and takes the attribute."""
+    module, colon, function = target.partition(":")
+    return bool(colon) and all(map(_is_name, module.split("."))) and _is_name(function)
+
+
+def _metric(ctx: _Ctx, metric: str) -> None:
+    if metric in QUALITY_METRICS or metric in CASE_LEVEL_METRICS:
+        return
+    if metric.startswith(NOTE_PREFIX) and metric != NOTE_PREFIX:
+        return
+    raise ctx.fail("metric", metric, f"one of {_KNOWN_METRICS}")
+
+
+def _threshold(ctx: _Ctx, key: str, metric: str, op: str, value: Any) -> None:
+    """The threshold has the type the metric and the op need, so a check can ever pass."""
+    if not _type_ok(value, (int, float, str, bool)):
+        raise ctx.fail(key, value, f"a number, string or boolean, got {type(value).__name__}")
+    number = _type_ok(value, (int, float))
+    if not _finite(value):
+        raise ctx.fail(key, value, _NOT_FINITE)
+    if metric in CASE_LEVEL_METRICS:
+        if op not in ("==", "!="):
+            raise ctx.fail("op", op, f"'==' or '!=' for {metric} (its value is true or false)")
+        if not isinstance(value, bool):
+            raise ctx.fail(key, value, f"true or false for {metric}, got {type(value).__name__}")
+    elif not number and (metric in QUALITY_METRICS or op in ORDERING_OPS):
+        why = (
+            f"'{metric}' gives a number" if metric in QUALITY_METRICS else f"'{op}' orders numbers"
+        )
+        raise ctx.fail(key, value, f"a number ({why}), got {type(value).__name__}")
+
+
 def _parse_check(ctx: _Ctx, index: int, raw: Any) -> CheckSpec:
     cctx = _Ctx(ctx.path, f"{ctx.where}, checks[{index}]")
     if not isinstance(raw, dict):
@@ -127,6 +224,18 @@ def _parse_check(ctx: _Ctx, index: int, raw: Any) -> CheckSpec:
             raise CaseFileError(cctx.path, f"{cctx.where}: missing required key '{required}'")
     if raw["op"] not in OPS:
         raise cctx.fail("op", raw["op"], "one of " + ", ".join(OPS))
+    _metric(cctx, raw["metric"])
+    _threshold(cctx, "threshold", raw["metric"], raw["op"], raw["threshold"])
+    thresholds = raw.get("thresholds", {})
+    for platform, value in thresholds.items():
+        if platform not in PLATFORMS:
+            raise CaseFileError(
+                cctx.path,
+                f"{cctx.where}: key 'thresholds.{platform}': unknown platform '{platform}' "
+                f"(known: {', '.join(PLATFORMS)})",
+            )
+        _threshold(cctx, f"thresholds.{platform}", raw["metric"], raw["op"], value)
+    _check_json(cctx, "settings", raw.get("settings", {}))
     policy = raw.get("policy", "fail")
     if policy not in POLICIES:
         raise cctx.fail("policy", policy, '"fail" or "warn"')
@@ -141,7 +250,7 @@ def _parse_check(ctx: _Ctx, index: int, raw: Any) -> CheckSpec:
         metric=raw["metric"],
         op=raw["op"],
         threshold=raw["threshold"],
-        thresholds=dict(raw.get("thresholds", {})),
+        thresholds=dict(thresholds),
         policy=policy,
         output=raw.get("output"),
         frames=frames,
@@ -162,8 +271,8 @@ def parse_case(path: Path, raw: Any, where: str) -> Case:
     if "id" not in raw:
         raise CaseFileError(path, f"{where}: missing required key 'id'")
     ctx = _Ctx(path, f"case '{raw['id']}'")
-    if not raw["id"].strip() or any(c in raw["id"] for c in "[]\n"):
-        raise ctx.fail("id", raw["id"], "a non-empty id without '[', ']' or newlines")
+    if not _ID.fullmatch(raw["id"]):
+        raise ctx.fail("id", raw["id"], f"a non-empty id of {_ID_EXPECTED}")
     if "kind" not in raw:
         raise CaseFileError(path, f"{ctx.where}: missing required key 'kind'")
     if raw["kind"] not in KINDS:
@@ -171,8 +280,12 @@ def parse_case(path: Path, raw: Any, where: str) -> Case:
     has_target, has_command = "target" in raw, "command" in raw
     if has_target == has_command:
         raise CaseFileError(path, f"{ctx.where}: exactly one of 'target' or 'command' is required")
-    if has_target and (":" not in raw["target"] or raw["target"].count(":") != 1):
-        raise ctx.fail("target", raw["target"], 'a string "module:function"')
+    if has_target and not _target_ok(raw["target"]):
+        raise ctx.fail(
+            "target",
+            raw["target"],
+            'a string "module:function" (dotted module path, function name)',
+        )
     command = _str_list(ctx, "command", raw["command"]) if has_command else None
     if command is not None and not command:
         raise ctx.fail("command", raw["command"], "a non-empty list of strings")
@@ -185,15 +298,29 @@ def parse_case(path: Path, raw: Any, where: str) -> Case:
             platforms = _str_list(ctx, "platforms", raw["platforms"])
             if not platforms:
                 raise ctx.fail("platforms", raw["platforms"], 'a non-empty list or "any"')
-    for key, lowest in (("repeats", 1), ("retries", 0), ("warmup", 0)):
-        if key in raw and raw[key] < lowest:
-            raise ctx.fail(key, raw[key], f"an integer >= {lowest}")
-    if "timeout_s" in raw and raw["timeout_s"] <= 0:
-        raise ctx.fail("timeout_s", raw["timeout_s"], "a positive number of seconds")
+            unknown = [p for p in platforms if p not in PLATFORMS]
+            if unknown:
+                raise ctx.fail(
+                    "platforms",
+                    raw["platforms"],
+                    f"known platform names ({', '.join(PLATFORMS)}); unknown: {unknown}",
+                )
+    for key, (lowest, highest) in _COUNTS.items():
+        if key in raw and not lowest <= raw[key] <= highest:
+            raise ctx.fail(key, raw[key], f"an integer from {lowest} to {highest}")
+    if "timeout_s" in raw and not 0 < raw["timeout_s"] <= MAX_TIMEOUT_S:
+        raise ctx.fail(
+            "timeout_s",
+            raw["timeout_s"],
+            f"a positive number of seconds, at most {MAX_TIMEOUT_S:g} (24 h)",
+        )
+    if "reference" in raw and not _ID.fullmatch(raw["reference"]):
+        raise ctx.fail("reference", raw["reference"], f"a reference id of {_ID_EXPECTED}")
+    _check_json(ctx, "params", raw.get("params", {}))
     budget = raw.get("budget", {})
     for stage, secs in budget.items():
-        if not _type_ok(secs, (int, float)) or secs <= 0:
-            raise ctx.fail(f"budget.{stage}", secs, "a positive number of seconds")
+        if not _type_ok(secs, (int, float)) or not 0 < secs < math.inf:
+            raise ctx.fail(f"budget.{stage}", secs, "a finite positive number of seconds")
     checks = tuple(_parse_check(ctx, i, c) for i, c in enumerate(raw.get("checks", [])))
     return Case(
         id=raw["id"],
@@ -235,6 +362,8 @@ def load_file(path: Path) -> list[Case]:
         tables = data["case"]
         if not isinstance(tables, list):
             raise CaseFileError(path, "key 'case': expected an array of tables [[case]]")
+        if not tables:
+            raise CaseFileError(path, "no case in file: key 'case' is an empty array")
         return [parse_case(path, t, f"[[case]] #{i + 1}") for i, t in enumerate(tables)]
     if not data:
         raise CaseFileError(path, "no case in file: expected top-level case keys or [[case]]")

@@ -17,6 +17,20 @@ check failed::
 
 Nothing passes by default: a missing store, reference, output or file fails the check with a
 reason; only CLIP without a configured model is *not run* (``passed=None``), and says so.
+
+An output is compared only with a reference of its own dtype, because the dtype fixes the value
+scale (uint8 frames are 0-255, float frames usually 0-1) and a dtype change is itself a change
+of behaviour. So the check *fails*, saying both dtypes, when
+
+* a video or image output is not uint8 (every frame reference is uint8 PNG, 0-255): float
+  frames never pass against uint8 frames, whatever their values;
+* a tensor or audio output's dtype differs from the dtype its reference was blessed from
+  (``ReferenceEntry.dtype``), e.g. float64 against float32;
+* audio is not floating point (the references are full-scale float PCM).
+
+The one conversion that is made is the store's own: audio is kept as float32 WAV, so audio
+blessed from, and produced as, float64 is rounded to float32 before comparing, and the check
+states it in ``settings["converted"]`` (``"float64 -> float32 (...)"``).
 """
 
 from __future__ import annotations
@@ -30,6 +44,7 @@ import numpy as np
 
 from harness import media, metrics
 from harness.errors import HarnessError
+from harness.fsio import read_array
 from harness.metrics import MetricResult, Reduce
 from harness.model import Case, CheckResult, CheckSpec, compare, fmt_number
 from harness.references.store import ReferenceEntry, ReferenceStore
@@ -38,7 +53,7 @@ __all__ = ["AUDIO_METRICS", "CLIP_ENV", "COMPARE_MARGIN", "QUALITY_METRICS", "co
 
 # Every registered metric compares an output with its reference.
 QUALITY_METRICS: frozenset[str] = frozenset(metrics.names())
-AUDIO_METRICS: frozenset[str] = frozenset({"audio_snr", "audio_mad", "audio_lsd"})
+AUDIO_METRICS: frozenset[str] = frozenset({"audio_snr", "audio_mad", "audio_lsd", "audio_lag_ms"})
 CLIP_ENV = "HARNESS_CLIP_MODEL"
 # A check setting read by `harness compare` (the quality margin of that metric for the case).
 COMPARE_MARGIN = "compare_margin"
@@ -122,7 +137,12 @@ def evaluate(
     try:
         frames = _frames(spec, case, obtained)
         reference = _load_reference(store, entry, frames)
-        metric = _compute(spec, obtained[frames] if frames else obtained, reference)
+        obtained, converted = _like_reference(name, obtained, entry, reference)
+        if converted:
+            where["converted"] = converted
+        # Audio metrics bound their alignment in time: they need the reference's sample rate.
+        rate = {"sample_rate": entry.sample_rate} if _is_audio(spec.metric) else {}
+        metric = _compute(spec, obtained[frames] if frames else obtained, reference, rate)
     except (HarnessError, _CheckFailed) as exc:
         return result(False, str(exc), output=name, settings=where)
     if metric.status == "not_run":
@@ -197,15 +217,55 @@ def _obtained(
         raise _CheckFailed(f"output '{name}' has neither an in-memory array nor a file")
     path = Path(str(raw))
     if path.suffix == ".safetensors":
-        from safetensors.numpy import load_file
-
         try:
-            return np.asarray(load_file(str(path))["data"])
-        except Exception as exc:  # safetensors raises its own error types
-            raise _CheckFailed(f"output '{name}': cannot load {path}: {exc}") from exc
+            return np.asarray(read_array(path))
+        except ValueError as exc:
+            raise _CheckFailed(f"output '{name}': {exc}") from exc
     if _is_audio(metric):
         return media.decode_audio(path).pcm
     return media.decode_video(path).frames
+
+
+def _like_reference(
+    name: str, obtained: np.ndarray, entry: ReferenceEntry, reference: np.ndarray
+) -> tuple[np.ndarray, str | None]:
+    """``obtained`` ready to compare with ``reference``, and the conversion made (if any);
+    :class:`_CheckFailed` when its dtype differs from the reference's (see the module doc)."""
+    got = str(obtained.dtype)
+    if entry.kind in _VIDEO_KINDS:
+        if obtained.dtype != np.uint8:
+            raise _CheckFailed(
+                f"output '{name}' is {got} frames, but reference {entry.key} is uint8 frames "
+                f"(0-255): {got} frames are not on the reference's scale and are never compared "
+                "with it; convert the frames to uint8 in the target (as bless requires of a "
+                f"{entry.kind} reference)"
+            )
+        return obtained, None
+    blessed = entry.dtype or str(reference.dtype)
+    if entry.kind == "audio" and obtained.dtype.kind != "f":
+        raise _CheckFailed(
+            f"output '{name}' is {got} PCM, but reference {entry.key} is float PCM (full scale "
+            "1.0); integer samples are on another scale: convert them to float in the target"
+        )
+    if got != blessed:
+        raise _CheckFailed(
+            f"output '{name}' is {got}, but reference {entry.key} was blessed from a {blessed} "
+            f"output: a dtype change is a change of behaviour (and of value range), so the "
+            "output is not compared; cast it in the target, or re-bless the reference if the "
+            "change is intended"
+        )
+    if entry.kind == "audio" and obtained.dtype != reference.dtype:
+        stored = str(reference.dtype)
+        return (
+            obtained.astype(reference.dtype),
+            f"{got} -> {stored} (audio references are stored as {stored} WAV)",
+        )
+    if obtained.dtype != reference.dtype:
+        raise _CheckFailed(
+            f"reference {entry.key} decodes to {reference.dtype}, but its manifest entry says "
+            f"{blessed}; re-bless it"
+        )
+    return obtained, None
 
 
 def _load_reference(store: ReferenceStore, entry: ReferenceEntry, frames: list[int]) -> np.ndarray:
@@ -227,7 +287,9 @@ def _frames(spec: CheckSpec, case: Case, obtained: np.ndarray) -> list[int]:
         raise _CheckFailed(f"frames {frames_spec!r}: {exc}") from exc
 
 
-def _compute(spec: CheckSpec, obtained: np.ndarray, reference: np.ndarray) -> Any:
+def _compute(
+    spec: CheckSpec, obtained: np.ndarray, reference: np.ndarray, extra: Mapping[str, Any]
+) -> Any:
     try:
         cls = metrics.get(spec.metric)
     except HarnessError as exc:
@@ -235,7 +297,8 @@ def _compute(spec: CheckSpec, obtained: np.ndarray, reference: np.ndarray) -> An
     try:
         reduce: Reduce = "mean" if spec.reduce == "mean" else "worst"
         # compare_margin is the comparison's setting (harness.compare.quality), not the metric's
-        m = cls(reduce=reduce, **{k: v for k, v in spec.settings.items() if k != COMPARE_MARGIN})
+        own = {k: v for k, v in spec.settings.items() if k != COMPARE_MARGIN}
+        m = cls(reduce=reduce, **{**extra, **own})
     except TypeError as exc:
         raise _CheckFailed(
             f"{spec.metric} settings {dict(spec.settings)} are not accepted: {exc}"

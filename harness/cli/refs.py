@@ -22,12 +22,25 @@ examples:
 
 BLESS_EXAMPLE = """\
 Pins the outputs of the last passing measured attempt of each case (or of --case) as the
-references of that case (with no passing attempt: the last one that failed only its quality
-checks, as every attempt does before the first bless): video frames as PNG, audio as float32
-WAV, tensors as safetensors; file outputs such as MP4 are not stored.
-Refuses NaN/Inf outputs, blank frames and silent audio; refuses an output that drifts from the
-reference it replaces (worst-frame mean abs diff > 8, SSIM < 0.9, audio SNR < 20 dB, shape
-change) unless --force. Nothing else ever writes the reference store.
+references of that case: video frames as PNG, audio as float32 WAV, tensors as safetensors;
+file outputs such as MP4 are not stored. With no passing attempt it takes the last one that
+failed only its quality checks, as every attempt does before the first bless, but only for
+outputs that have no reference yet on the lookup chain.
+
+Always refused (--force does not help): a simulated result ("a simulated <platform> result
+can never be a reference"); an output file whose content no longer matches the hash its
+attempt recorded (a run folder changed after the run); NaN/Inf outputs, blank frames, silent
+audio.
+Refused unless --force: a case whose case-level checks failed (identical_outputs, latency
+budgets); an output whose attempt failed its own quality checks while a reference exists; an
+output that drifts from the reference the lookup chain uses now (with --platform-class
+mi300x and only `any` pinned: the `any` one). Drift is judged by re-running each of the
+attempt's quality checks against that reference with the case's own op and threshold, with
+built-in bounds as a floor (worst-frame mean abs diff > 8, SSIM < 0.9, audio SNR < 20 dB,
+tensor max abs diff > 1 % of range, any shape change).
+Case ids become folder names through an injective slug that never leaves the store; a
+replaced reference's files are deleted only when no other entry lists them. Nothing else ever
+writes the reference store.
 
 examples:
   harness refs bless --run reports/20260101-120000 --case t2va-int8 \\
@@ -37,8 +50,9 @@ examples:
 """
 
 VERIFY_EXAMPLE = """\
-Checks every file in the manifest exists and matches its SHA-256, and lists files on disk that
-the manifest does not know. Exit 1 when anything is wrong.
+Checks every file in the manifest exists, matches its SHA-256 and lies in its entry's own
+folder (<reference>/<platform class>/<output>/<content id>/, never outside the store), and
+lists files on disk that the manifest does not know. Exit 1 when anything is wrong.
 
 example:
   harness refs verify --references references/
@@ -75,7 +89,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     bless.add_argument(
         "--force",
         action="store_true",
-        help="replace a reference even when the output drifts beyond the bounds",
+        help="bless even when the output drifts beyond the bounds, failed its own quality "
+        "checks against an existing reference, or its case failed a case-level check "
+        "(never a simulated result or a changed run file)",
     )
     bless.add_argument(
         "--reason",

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.cli.suite import add_suite_args
 from harness.errors import UsageError
+
+if TYPE_CHECKING:
+    from harness.model import RunReport
 
 RUN_EXAMPLE = """\
 examples:
@@ -61,9 +65,8 @@ def add_parser(sub: Any) -> None:
     run.add_argument(
         "--references",
         type=Path,
-        default=Path("references"),
         metavar="DIR",
-        help="reference store, read-only (default: references/)",
+        help="reference store, read-only (default: references/ when that folder exists)",
     )
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     run.set_defaults(func=main)
@@ -80,14 +83,8 @@ def main(args: argparse.Namespace) -> int:
     from harness.platforms.profile import resolve_profile
     from harness.report.io import write_run
 
-    for name in ("repeats", "retries"):
-        value = getattr(args, name)
-        if value is not None and value < (1 if name == "repeats" else 0):
-            raise UsageError(
-                f"--{name} {value}: expected an integer >= {1 if name == 'repeats' else 0}"
-            )
-    if args.budget is not None and args.budget <= 0:
-        raise UsageError(f"--budget {args.budget}: expected a positive number of seconds")
+    _check_args(args)
+    references = args.references if args.references is not None else Path("references")
     profile = resolve_profile(args.runner, Path("runners"))
     suite = load(args.paths)
     for err in suite.errors:
@@ -101,7 +98,7 @@ def main(args: argparse.Namespace) -> int:
             out_root=args.out,
             run_id=args.run_id,
             code_roots=tuple(str(Path(r).resolve()) for r in code_roots),
-            references_root=str(args.references.resolve()) if args.references.is_dir() else None,
+            references_root=str(references.resolve()) if references.is_dir() else None,
             repeats=args.repeats,
             retries=args.retries,
             budget_s=args.budget,
@@ -135,7 +132,7 @@ def main(args: argparse.Namespace) -> int:
     counts = {k: v for k, v in report.counts().items() if v}
     print(
         f"{runner.run_dir}: "
-        + ", ".join(f"{v} {k}" for k, v in counts.items())
+        + (", ".join(f"{v} {k}" for k, v in counts.items()) or "no cases")
         + (" (interrupted)" if report.interrupted else ""),
         file=sys.stderr,
     )
@@ -162,10 +159,38 @@ def main(args: argparse.Namespace) -> int:
         print(f"  harness  {fault}", file=sys.stderr)
     code = exit_code(report)
     if code == 5:
-        why = (
-            "no case selected"
-            if not report.cases
-            else f"all {len(report.cases)} selected case(s) were skipped"
+        print(
+            f"nothing ran: {_nothing_ran(args, len(suite.cases), report)} (exit 5)", file=sys.stderr
         )
-        print(f"nothing ran: {why} (exit 5)", file=sys.stderr)
     return code
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    """Usage errors before anything runs or is written, each as one line (exit 2)."""
+    from harness.model.vocab import MAX_REPEATS, MAX_RETRIES
+
+    for name, lowest, highest in (("repeats", 1, MAX_REPEATS), ("retries", 0, MAX_RETRIES)):
+        value = getattr(args, name)
+        if value is not None and not lowest <= value <= highest:
+            raise UsageError(f"--{name} {value}: expected an integer from {lowest} to {highest}")
+    if args.budget is not None and not 0 < args.budget < math.inf:
+        raise UsageError(f"--budget {args.budget}: expected a finite positive number of seconds")
+    for folder in (args.out, *args.out.parents):
+        if folder.exists() and not folder.is_dir():
+            raise UsageError(f"--out {args.out}: {folder} exists and is not a folder")
+    if args.references is not None and not args.references.is_dir():
+        what = "is not a folder" if args.references.exists() else "does not exist"
+        raise UsageError(f"--references {args.references}: that folder {what}")
+
+
+def _nothing_ran(args: argparse.Namespace, loaded: int, report: RunReport) -> str:
+    """Why a run that ran no attempt ran none."""
+    if report.cases:
+        reasons = sorted({c.reason or "no reason recorded" for c in report.cases})
+        return f"all {len(report.cases)} selected case(s) were skipped: " + "; ".join(reasons)
+    where = " ".join(str(p) for p in args.paths) or "cases"
+    if not loaded:
+        return f"no case loaded from {where}"
+    if args.keyword:
+        return f"-k {args.keyword!r} matched none of the {loaded} case(s) loaded from {where}"
+    return f"no case selected from the {loaded} case(s) loaded from {where}"

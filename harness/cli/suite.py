@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from harness.cases import LoadResult, load_suite
 from harness.errors import UsageError
-from harness.platforms import REGISTRY
+from harness.platforms import names as platform_names
 
 
 def add_suite_args(p: argparse.ArgumentParser) -> None:
@@ -37,17 +38,19 @@ def load(paths: Sequence[Path]) -> LoadResult:
     return load_suite(list(paths) or [Path("cases")])
 
 
-def _platforms(args: argparse.Namespace, profile_platform: str) -> list[str]:
-    platforms = list(args.platforms) if args.platforms else [profile_platform]
-    for p in platforms:
-        if p not in REGISTRY:
-            raise UsageError(f"--platform {p}: expected one of {', '.join(sorted(REGISTRY))}")
-    return platforms
-
-
 def platforms(args: argparse.Namespace, profile_platform: str) -> list[str]:
-    platforms = list(args.platforms) if args.platforms else [profile_platform]
-    for p in platforms:
-        if p not in REGISTRY:
-            raise UsageError(f"--platform {p}: expected one of {', '.join(sorted(REGISTRY))}")
-    return platforms
+    """The platforms to run on, each once: a repeated ``--platform`` would run every case twice
+    into the same output files, so it is dropped with a note."""
+    given = list(args.platforms) if args.platforms else [profile_platform]
+    known = platform_names()
+    for p in given:
+        if p not in known:
+            raise UsageError(f"--platform {p}: expected one of {', '.join(sorted(known))}")
+    unique = list(dict.fromkeys(given))
+    for p in unique:
+        if given.count(p) > 1:
+            print(
+                f"note: --platform {p} given {given.count(p)} times; running it once",
+                file=sys.stderr,
+            )
+    return unique

@@ -54,6 +54,51 @@ def _reason(status: Status, attempts: Sequence[Attempt]) -> str | None:
     return f"{err.type}: {first_line(err.message)}" if err else None
 
 
+# Device platforms and the torch device type their tensors live on (ROCm's torch calls HIP "cuda").
+DEVICE_TYPES = {"cuda": "cuda", "hip": "cuda", "npu": "npu", "xpu": "xpu", "mps": "mps"}
+
+
+def recorded_devices(attempts: Sequence[Attempt]) -> list[str]:
+    """Every device (``cpu``, ``cuda:0``...) a torch tensor the attempts fingerprinted or output
+    lived on. numpy arrays are recorded as ``cpu`` but say nothing about where work ran: a
+    target computes on its device and hands numpy to the probe at the end."""
+    seen: set[str] = set()
+    for a in attempts:
+        for rec in (*a.fingerprints.values(), *a.outputs.values()):
+            device = rec.get("device")
+            if isinstance(device, str) and rec.get("framework") != "numpy":
+                seen.add(device)
+    return sorted(seen)
+
+
+def simulated_reason(
+    platform: str, unavailable: str | None, attempts: Sequence[Attempt]
+) -> str | None:
+    """Why a result for ``platform`` is simulated, or None when it is real.
+
+    Simulated when the platform is not available here (``unavailable`` says why), and also when
+    it is but the attempts recorded torch tensors and none lived on the platform's device type:
+    the work then ran somewhere else (on the CPU, say) with the platform's code paths
+    selected. Either way the reason says where the recorded tensors lived. A case that
+    recorded no torch tensor keeps the availability rule.
+    """
+    devices = recorded_devices(attempts)
+    types = sorted({d.split(":")[0] for d in devices})
+    where = (
+        f"results computed on {', '.join(types)} (devices recorded: {', '.join(devices)})"
+        if devices
+        else None
+    )
+    if unavailable is not None:
+        return f"{unavailable}; " + (
+            where or "the target recorded no torch tensor, so where it computed is not known"
+        )
+    want = DEVICE_TYPES.get(platform)
+    if want is None or where is None or want in types:
+        return None
+    return f"simulated: {platform} {where}"
+
+
 def aggregate(
     item: PlanItem,
     attempts: Sequence[Attempt],
@@ -68,7 +113,9 @@ def aggregate(
     """The verdict on one case for one side from all of its attempts.
 
     ``planned_runs`` is how many warm-up + measured runs the schedule meant to make;
-    ``simulated`` is why the platform was simulated (None when it was real).
+    ``simulated`` is why the platform is not available here (None when it is); whether the
+    result is labelled simulated also follows where the attempts' tensors lived
+    (:func:`simulated_reason`).
     """
     attempts = tuple(attempts)
     case = item.case
@@ -98,14 +145,15 @@ def aggregate(
     if status == "failed" and reason is None:
         blocking = [c for c in case_checks if c.blocking]
         reason = "; ".join(f"{c.name}: {c.reason or c.value}" for c in blocking) or None
-    if simulated and attempts:
-        reason = simulated if reason is None else f"{reason}; {simulated}"
+    why_simulated = simulated_reason(item.platform, simulated, attempts) if attempts else None
+    if why_simulated:
+        reason = why_simulated if reason is None else f"{reason}; {why_simulated}"
     return CaseResult(
         id=case.id,
         kind=case.kind,
         platform=item.platform,
         status=status,
-        simulated=bool(simulated) and bool(attempts),
+        simulated=why_simulated is not None,
         source=case.source,
         reason=reason,
         checks=(*last_checks, *case_checks),

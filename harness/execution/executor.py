@@ -27,6 +27,7 @@ from harness.execution.pool import (
     WorkerSpec,
     WorkerTimeout,
 )
+from harness.execution.retry import OOM_EVIDENCE, oom_kill_count
 from harness.fsio import slug
 from harness.model import Attempt, ErrorInfo, Side
 from harness.platforms.profile import Profile
@@ -131,16 +132,12 @@ class Executor:
             detail = getattr(reply, "detail", getattr(reply, "message", ""))
         except (WorkerTimeout, WorkerCrashed, ProtocolViolation) as exc:
             ok, detail = False, f"platform probe failed: {exc}"
+        # Where the work then ran is told by the devices the attempts recorded (aggregate).
         self.simulated[key] = (
-            None
-            if ok
-            else (
-                f"simulated: {platform} is not available here ({detail}); the case ran on this "
-                "machine's CPU with the platform's code paths selected"
-            )
+            None if ok else f"simulated: {platform} is not available here ({detail})"
         )
         if not ok:
-            self.say(f"platform {platform}: {self.simulated[key]}")
+            self.say(f"platform {platform}: {self.simulated[key]}; results labelled simulated")
 
     # -- one attempt ---------------------------------------------------------------------------
 
@@ -189,6 +186,7 @@ class Executor:
         )
         spec = self.spec(side, item.platform)
         t0 = time.perf_counter()
+        oom_before = oom_kill_count()
         handle: WorkerHandle | None = None
         try:
             handle = self.pool.fresh(spec) if case.fresh_process else self.pool.get(spec)
@@ -217,6 +215,9 @@ class Executor:
         except WorkerCrashed as exc:
             self._drop(spec, handle, fresh=case.fresh_process)
             log = f"; log: {handle.log_path}" if handle else ""
+            oom_after = oom_kill_count()
+            if oom_before is not None and oom_after is not None and oom_after > oom_before:
+                log = f" ({OOM_EVIDENCE} from {oom_before} to {oom_after}){log}"
             return replace(
                 base,
                 status="crashed",

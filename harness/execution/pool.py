@@ -269,6 +269,7 @@ class WorkerPool:
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
         self._workers: dict[WorkerSpec, WorkerHandle] = {}
+        self._fresh: list[WorkerHandle] = []
         self._serial = 0
         self.started = 0
         self.start_seconds = 0.0  # wall time spent starting workers, for overhead accounting
@@ -292,8 +293,11 @@ class WorkerPool:
         return handle
 
     def fresh(self, spec: WorkerSpec) -> WorkerHandle:
-        """A bare worker of its own, for one fresh-interpreter attempt; the caller closes it."""
-        return self._new(replace(spec, fresh=True))
+        """A bare worker of its own, for one fresh-interpreter attempt; the caller closes it
+        (and :meth:`close` kills it if the caller could not, e.g. on a second Ctrl-C)."""
+        handle = self._new(replace(spec, fresh=True))
+        self._fresh.append(handle)
+        return handle
 
     def discard(self, spec: WorkerSpec) -> None:
         handle = self._workers.pop(spec, None)
@@ -301,6 +305,7 @@ class WorkerPool:
             handle.kill()
 
     def close(self) -> None:
-        for handle in self._workers.values():
+        for handle in [*self._workers.values(), *self._fresh]:
             handle.close()
         self._workers.clear()
+        self._fresh.clear()

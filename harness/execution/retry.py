@@ -36,8 +36,12 @@ INFRA_TYPES = frozenset(
         "InfrastructureError",
     }
 )
+# Infrastructure, i.e. nothing to do with the code under test: HTTP 403, 408, 429 and 5xx
+# (never 404: a missing file is a bug), refused/reset connections, name resolution, read
+# timeouts. The README states this same list.
+INFRA_HTTP_CODES: tuple[str, ...] = ("403", "408", "429", "5xx")
 INFRA_PATTERNS: tuple[str, ...] = (
-    r"\bHTTP(?: Error)? ?(?:403|404|408|429|5\d\d)\b",
+    r"\bHTTP(?: Error)? ?(?:403|408|429|5\d\d)\b",
     r"\b(?:403|429|502|503|504) (?:Forbidden|Too Many Requests|Bad Gateway|Service Unavailable"
     r"|Gateway Timeout)\b",
     r"Connection (?:reset|refused|aborted)",
@@ -45,7 +49,50 @@ INFRA_PATTERNS: tuple[str, ...] = (
     r"Read timed out",
 )
 OOM_TYPES = frozenset({"OutOfMemoryError", "MemoryError"})
-OOM_PATTERNS: tuple[str, ...] = (r"out of memory", r"\bOOM\b")
+OOM_PATTERNS: tuple[str, ...] = (
+    r"out of memory",
+    r"\bOOM\b",
+    r"can't allocate memory",
+    r"ErrorOutOfMemory",
+)
+# Kernel and device faults are bugs of the code under test: never retried, whatever a runner
+# profile's patterns say (a memory bug that passes on the retry is still a memory bug).
+KERNEL_FAULT_PATTERNS: tuple[str, ...] = (
+    r"illegal memory access",
+    r"illegal address",
+    r"misaligned address",
+    r"device-side assert",
+    r"unspecified launch failure",
+    r"Memory access fault",
+    r"hipErrorIllegalAddress",
+    r"cudaErrorIllegalAddress",
+    r"page fault",
+    r"segmentation fault",
+)
+# Evidence that the kernel's OOM killer ended a worker: the memory cgroup's oom_kill counter.
+CGROUP_OOM_FILES: tuple[str, ...] = (
+    "/sys/fs/cgroup/memory.events",  # cgroup v2: "oom_kill N"
+    "/sys/fs/cgroup/memory/memory.oom_control",  # cgroup v1: "oom_kill N"
+)
+OOM_EVIDENCE = "out of memory: the memory cgroup's oom_kill counter rose"
+
+
+def oom_kill_count(files: Sequence[str] = CGROUP_OOM_FILES) -> int | None:
+    """The memory cgroup's OOM-kill counter, or None where no cgroup file says it."""
+    for name in files:
+        try:
+            with open(name, encoding="ascii") as f:
+                for line in f:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def is_kernel_fault(message: str) -> bool:
+    return any(re.search(p, message, re.I) for p in KERNEL_FAULT_PATTERNS)
 
 
 def retry_class(attempt: Attempt, policy: RetryPolicy) -> str | None:
@@ -54,13 +101,16 @@ def retry_class(attempt: Attempt, policy: RetryPolicy) -> str | None:
     if attempt.status == "timeout":
         return "timeout"
     if attempt.status == "crashed":
-        # SIGKILL from outside is the kernel's OOM killer more often than not.
-        if attempt.error is not None and "SIGKILL" in attempt.error.message:
+        # A SIGKILL is an OOM kill only with the kernel's word for it (the executor adds the
+        # cgroup evidence to the message); without it, it is a crash like any other.
+        if attempt.error is not None and OOM_EVIDENCE in attempt.error.message:
             return "oom"
         return "crashed"
     if attempt.status != "error" or attempt.error is None:
         return None  # "failed" means an assertion or a check failed: never retried
     etype, message = attempt.error.type, attempt.error.message
+    if etype == "HarnessInternalError" or is_kernel_fault(message):
+        return None  # a harness bug or a kernel fault is never a reason to try again
     if etype in OOM_TYPES or any(re.search(p, message, re.I) for p in OOM_PATTERNS):
         return "oom"
     if etype in INFRA_TYPES or any(

@@ -38,10 +38,12 @@ from harness.metrics._base import (
     aggregate,
 )
 from harness.metrics.audio import (
+    AudioLag,
     AudioLSD,
     AudioMAD,
     AudioSNR,
     align,
+    audio_lag_ms,
     audio_lsd,
     audio_mad,
     audio_snr,
@@ -56,6 +58,7 @@ __all__ = [
     "PSNR",
     "SSIM",
     "AudioLSD",
+    "AudioLag",
     "AudioMAD",
     "AudioSNR",
     "CLIPSimilarity",
@@ -67,6 +70,7 @@ __all__ = [
     "UnknownMetricError",
     "aggregate",
     "align",
+    "audio_lag_ms",
     "audio_lsd",
     "audio_mad",
     "audio_snr",
@@ -81,7 +85,8 @@ __all__ = [
 ]
 
 _REGISTRY: dict[str, type[Metric]] = {
-    cls.name: cls for cls in (SSIM, PSNR, MAE, MaxAbs, CLIPSimilarity, AudioSNR, AudioMAD, AudioLSD)
+    cls.name: cls
+    for cls in (SSIM, PSNR, MAE, MaxAbs, CLIPSimilarity, AudioSNR, AudioMAD, AudioLSD, AudioLag)
 }
 
 

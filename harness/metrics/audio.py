@@ -2,7 +2,10 @@
 
 Encoders and resamplers shift audio by a few samples (AAC priming, filter delay), so every
 metric first aligns ``pred`` to ``target`` by the lag that maximises their cross-correlation
-within ``max_lag`` samples, then compares the overlap. ``max_lag=0`` turns alignment off.
+within a window bounded in time (``max_lag_ms``, 50 ms by default: more than any codec delay we
+know of, far less than an audible A/V desync), then compares the overlap. The lag found is a
+metric of its own, ``audio_lag_ms``, so a desync is measured and can fail a case instead of
+being aligned away. ``max_lag_ms=0`` turns alignment off.
 
 Inputs are PCM arrays ``[channels, samples]`` or ``[samples]`` (numpy, torch or ``AudioData``),
 full scale +-1.
@@ -19,16 +22,22 @@ from harness.metrics._base import Metric, Reduce, as_numpy
 
 __all__ = [
     "AudioLSD",
+    "AudioLag",
     "AudioMAD",
     "AudioSNR",
     "align",
+    "audio_lag_ms",
     "audio_lsd",
     "audio_mad",
     "audio_snr",
+    "lag_samples",
 ]
 
-#: 0.1 s at 48 kHz: more than any codec delay we know of, small enough to not lock onto a beat.
-DEFAULT_MAX_LAG = 4800
+#: The alignment window in time: AAC priming (1024-2112 samples) is 21-44 ms at 48 kHz, 64 ms
+#: at 16 kHz would already be a visible desync, so the window does not grow with the rate.
+DEFAULT_MAX_LAG_MS = 50.0
+#: The window in samples for the functional twins' ``max_lag`` (50 ms at 48 kHz).
+DEFAULT_MAX_LAG = 2400
 #: LSD frame: 512-sample Hann window, hop 128.
 DEFAULT_N_FFT = 512
 #: Power floor before taking logs, so digital silence does not give -inf dB.
@@ -81,6 +90,29 @@ def align(
     if n == 0:
         raise ValueError(f"pred and target do not overlap after aligning by {lag} samples")
     return p[:, :n], t[:, :n], lag
+
+
+def lag_samples(max_lag_ms: float, sample_rate: int) -> int:
+    """The alignment window in samples for a window of ``max_lag_ms`` at ``sample_rate``."""
+    if not math.isfinite(max_lag_ms) or max_lag_ms < 0:
+        raise ValueError(f"max_lag_ms is {max_lag_ms!r}, expected a finite number >= 0")
+    if isinstance(sample_rate, bool) or not isinstance(sample_rate, int) or sample_rate <= 0:
+        raise ValueError(f"sample_rate is {sample_rate!r}, expected a positive int (Hz)")
+    return round(max_lag_ms * sample_rate / 1000.0)
+
+
+def audio_lag_ms(
+    pred: Any, target: Any, *, sample_rate: int, max_lag_ms: float = DEFAULT_MAX_LAG_MS
+) -> float:
+    """How far ``pred`` is shifted against ``target``, in milliseconds (absolute value).
+
+    The lag is searched within ``max_lag_ms``; a shift beyond the window is reported as the
+    window itself plus one sample, so it can never read as in sync.
+    """
+    window = lag_samples(max_lag_ms, sample_rate)
+    wide = max(window * 4, window + 1)
+    _, _, lag = align(pred, target, max_lag=wide)
+    return 1000.0 * min(abs(lag), window + 1) / sample_rate
 
 
 def audio_snr(pred: Any, target: Any, *, max_lag: int = DEFAULT_MAX_LAG) -> float:
@@ -146,26 +178,71 @@ def audio_lsd(
 class _AudioMetric(Metric):
     reports_per_frame: ClassVar[bool] = False
 
-    def __init__(self, *, max_lag: int = DEFAULT_MAX_LAG, reduce: Reduce = "worst") -> None:
+    def __init__(
+        self,
+        *,
+        max_lag_ms: float = DEFAULT_MAX_LAG_MS,
+        sample_rate: int | None = None,
+        max_lag: int | None = None,
+        reduce: Reduce = "worst",
+    ) -> None:
         super().__init__(reduce=reduce)
-        self.max_lag = max_lag
+        self.max_lag_ms = float(max_lag_ms)
+        self.sample_rate = sample_rate
+        self._max_lag = max_lag  # an explicit window in samples wins over max_lag_ms
+
+    def _rate(self, pred: Any, target: Any) -> int:
+        rp = getattr(pred, "sample_rate", None)
+        rt = getattr(target, "sample_rate", None)
+        if rp is not None and rt is not None and rp != rt:
+            raise ValueError(f"pred is sampled at {rp} Hz but target at {rt} Hz")
+        rate = self.sample_rate or rp or rt
+        if rate is None:
+            raise ValueError(
+                f"{self.name} needs the sample rate to bound the alignment in time: pass "
+                "sample_rate=... or AudioData"
+            )
+        return int(rate)
+
+    @property
+    def max_lag(self) -> int:
+        if self._max_lag is not None:
+            return self._max_lag
+        if self.sample_rate is None:
+            return DEFAULT_MAX_LAG
+        return lag_samples(self.max_lag_ms, self.sample_rate)
 
     @property
     def settings(self) -> dict[str, Any]:
-        """Alignment window and reduction over clips."""
+        """Alignment window (in time and in samples) and reduction over clips."""
         return {
+            "max_lag_ms": self.max_lag_ms,
             "max_lag_samples": self.max_lag,
+            "sample_rate": self.sample_rate,
             "align": "cross-correlation of channel mean",
             "reduce": self.reduce,
         }
 
     def update(self, pred: Any, target: Any) -> None:
         """Compare one clip; ``AudioData`` inputs must share a sample rate."""
-        rp = getattr(pred, "sample_rate", None)
-        rt = getattr(target, "sample_rate", None)
-        if rp is not None and rt is not None and rp != rt:
-            raise ValueError(f"pred is sampled at {rp} Hz but target at {rt} Hz")
+        rate = self._rate(pred, target)
+        if self.sample_rate is None:
+            self.sample_rate = rate
         super().update(pred, target)
+
+
+class AudioLag(_AudioMetric):
+    """The A/V-relevant shift of the audio against its reference, in ms (lower is better)."""
+
+    name: ClassVar[str] = "audio_lag_ms"
+    unit: ClassVar[str] = "ms"
+    higher_is_better: ClassVar[bool] = False
+
+    def _measure(self, pred: Any, target: Any) -> list[float]:
+        assert self.sample_rate is not None  # set by update()
+        return [
+            audio_lag_ms(pred, target, sample_rate=self.sample_rate, max_lag_ms=self.max_lag_ms)
+        ]
 
 
 class AudioSNR(_AudioMetric):
@@ -200,11 +277,15 @@ class AudioLSD(_AudioMetric):
     def __init__(
         self,
         *,
-        max_lag: int = DEFAULT_MAX_LAG,
+        max_lag_ms: float = DEFAULT_MAX_LAG_MS,
+        sample_rate: int | None = None,
+        max_lag: int | None = None,
         n_fft: int = DEFAULT_N_FFT,
         reduce: Reduce = "worst",
     ) -> None:
-        super().__init__(max_lag=max_lag, reduce=reduce)
+        super().__init__(
+            max_lag_ms=max_lag_ms, sample_rate=sample_rate, max_lag=max_lag, reduce=reduce
+        )
         self.n_fft = n_fft
 
     @property

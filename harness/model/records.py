@@ -86,6 +86,11 @@ class CheckResult:
         """A failed ``fail``-policy check fails its case; ``warn`` only reports."""
         return self.passed is False and self.policy == "fail"
 
+    @property
+    def unjudged(self) -> bool:
+        """A ``fail``-policy check that could not run: the case cannot pass without it."""
+        return self.passed is None and self.policy == "fail"
+
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,

@@ -55,6 +55,28 @@ OPS: tuple[str, ...] = tuple(_OPS)
 ORDERING_OPS: frozenset[str] = frozenset({">=", ">", "<=", "<"})
 
 
+# Platform names. harness.platforms.REGISTRY has one probe per name (a test holds the two
+# equal); case files and runner profiles may name only these.
+PLATFORMS: tuple[str, ...] = ("cpu", "cuda", "hip", "npu", "xpu", "mps")
+
+# Metric names a declared check may use: the quality metrics of harness.metrics (a test holds
+# them equal to metrics.names()), the case-level ones harness.checks runs over all attempts,
+# and ``note.<key>`` for values a target reported with probe.note.
+QUALITY_METRICS: tuple[str, ...] = (
+    "ssim", "psnr", "mae", "max_abs", "clip", "audio_snr", "audio_mad", "audio_lsd",
+    "audio_lag_ms",
+)  # fmt: skip
+CASE_LEVEL_METRICS: tuple[str, ...] = ("identical_outputs",)
+NOTE_PREFIX = "note."
+
+# Upper bounds of a case's counts and time limit: a typo such as a 64-bit repeats or a
+# timeout of 1e10 s is an input error at load time, not an endless or crashing run.
+MAX_REPEATS = 1000
+MAX_WARMUP = 100
+MAX_RETRIES = 10
+MAX_TIMEOUT_S = 24 * 3600.0
+
+
 def compare(value: Any, op: str, threshold: Any) -> bool:
     """``value op threshold``; NaN never passes an ordering check, a type mismatch never passes."""
     if isinstance(value, float) and math.isnan(value) and op != "!=":

@@ -89,6 +89,12 @@ REGISTRY: dict[str, Probe] = {
 }
 
 
+def names() -> tuple[str, ...]:
+    """The known platform names, in registry order: ``harness.model.vocab.PLATFORMS``, which
+    case files and runner profiles are validated against, holds the same names."""
+    return tuple(REGISTRY)
+
+
 def check(platform: str) -> tuple[bool, str]:
     """Whether ``platform`` is really present here, and a one-line detail that says why."""
     probe = REGISTRY.get(platform)

@@ -6,6 +6,7 @@ retry policy, and per-case latency budgets for that hardware.
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from collections.abc import Mapping
@@ -14,8 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ProfileError
+from harness.model.vocab import MAX_RETRIES, PLATFORMS
 
 RETRY_CLASSES: tuple[str, ...] = ("infra", "oom", "timeout", "crashed")
+# A runner-class name is a platform class of the reference store (a folder there) and a
+# fallback in threshold lookups: one safe path segment, like a case id.
+_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+MAX_THREADS = 1024
+MAX_DEVICES = 1024
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,20 @@ def _expect(path: Path, key: str, value: Any, types: tuple[type, ...], name: str
     return value
 
 
+def _count(path: Path, key: str, value: Any, lowest: int, highest: int) -> int:
+    expected = f"an integer from {lowest} to {highest}"
+    if not lowest <= _expect(path, key, value, (int,), expected) <= highest:
+        raise ProfileError(f"{path}: key '{key}' = {value!r}: expected {expected}")
+    return int(value)
+
+
+def _seconds(path: Path, key: str, value: Any) -> float:
+    expected = "a finite positive number of seconds"
+    if not 0 < _expect(path, key, value, (int, float), expected) < math.inf:
+        raise ProfileError(f"{path}: key '{key}' = {value!r}: expected {expected}")
+    return float(value)
+
+
 def load_profile(path: Path) -> Profile:
     """Read and validate one profile file."""
     try:
@@ -62,6 +83,8 @@ def load_profile(path: Path) -> Profile:
         raise ProfileError(f"{path}: no such runner profile") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"{path}: not valid TOML: {exc}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProfileError(f"{path}: cannot read runner profile: {exc}") from exc
     known = {
         "name",
         "platform",
@@ -112,12 +135,11 @@ def load_profile(path: Path) -> Profile:
     for case_id, stages in budgets_raw.items():
         _expect(path, f"budgets.{case_id}", stages, (dict,), "a table of stage = seconds")
         budgets[case_id] = {
-            s: float(_expect(path, f"budgets.{case_id}.{s}", v, (int, float), "seconds"))
-            for s, v in stages.items()
+            s: _seconds(path, f"budgets.{case_id}.{s}", v) for s, v in stages.items()
         }
     threads = data.get("threads")
-    if threads is not None and (_expect(path, "threads", threads, (int,), "an integer") < 1):
-        raise ProfileError(f"{path}: key 'threads' = {threads}: expected an integer >= 1")
+    if threads is not None:
+        _count(path, "threads", threads, 1, MAX_THREADS)
     compare_raw = _expect(path, "compare", data.get("compare", {}), (dict,), "a table")
     for key in compare_raw:
         if key not in {"delta", "margins"}:
@@ -133,19 +155,24 @@ def load_profile(path: Path) -> Profile:
         for m, v in margins_raw.items()
     }
     budget = data.get("time_budget_s")
-    if budget is not None:
-        _expect(path, "time_budget_s", budget, (int, float), "seconds")
+    name = _expect(path, "name", data.get("name", path.stem), (str,), "a string")
+    if not _NAME.fullmatch(name):
+        raise ProfileError(
+            f"{path}: key 'name' = {name!r}: expected letters, digits, '.', '_' or '-', "
+            "not starting with '.'"
+        )
+    platform = _expect(path, "platform", data.get("platform", "cpu"), (str,), "a string")
+    if platform not in PLATFORMS:
+        raise ProfileError(
+            f"{path}: key 'platform' = {platform!r}: expected one of {', '.join(PLATFORMS)}"
+        )
     return Profile(
-        name=_expect(path, "name", data.get("name", path.stem), (str,), "a string"),
-        platform=_expect(path, "platform", data.get("platform", "cpu"), (str,), "a string"),
-        device_count=_expect(
-            path, "device_count", data.get("device_count", 0), (int,), "an integer"
-        ),
-        time_budget_s=float(budget) if budget is not None else None,
+        name=name,
+        platform=platform,
+        device_count=_count(path, "device_count", data.get("device_count", 0), 0, MAX_DEVICES),
+        time_budget_s=_seconds(path, "time_budget_s", budget) if budget is not None else None,
         retry=RetryPolicy(
-            retries=_expect(
-                path, "retry.retries", retry_raw.get("retries", 1), (int,), "an integer"
-            ),
+            retries=_count(path, "retry.retries", retry_raw.get("retries", 1), 0, MAX_RETRIES),
             retry_on=retry_on,
             patterns=patterns,
         ),

@@ -2,22 +2,35 @@
 
 ``bless`` takes a finished run folder (``report.json`` plus the output files it names) and pins
 the outputs of its cases as references: video frames as PNG, audio as float32 WAV, tensors as
-safetensors (``file`` outputs such as an MP4 are not stored; their decoded frames are). It
-refuses, writing nothing for that case, when an output
+safetensors (``file`` outputs such as an MP4 are not stored; their decoded frames are). From
+each case it takes the last passing measured attempt; with none, the last one that failed only
+quality checks, as every attempt does before the first bless, but only for outputs that have no
+reference yet on the lookup chain.
 
-* holds NaN or Inf values;
-* is a blank or near-constant image (a frame with std < ``MIN_FRAME_STD`` on 0-255) or
-  silent audio (peak < ``MIN_AUDIO_PEAK``);
-* drifts from the reference it would replace beyond ``DRIFT_BOUNDS`` (video: worst-frame
+It refuses, writing nothing for that case,
+
+* never to be overridden: a simulated result ("a simulated <platform> result can never be a
+  reference"); an output file that no longer matches the content hash the attempt recorded
+  (:mod:`harness.references.source`); an output with NaN or Inf values, a blank or
+  near-constant frame (std < ``MIN_FRAME_STD`` on 0-255) or silent audio
+  (peak < ``MIN_AUDIO_PEAK``);
+* unless ``force=True``: a case whose case-level checks failed (``identical_outputs`` across
+  repeats, latency budgets); an output whose attempt failed its own quality checks while a
+  reference exists on the lookup chain; an output that drifts from the reference the lookup
+  chain of ``platform_class`` uses now (also when blessing into a new platform class, e.g.
+  ``mi300x`` over ``any``): each quality check the attempt recorded on that output is re-run
+  against it with the case's own op and threshold, and ``DRIFT_BOUNDS`` (video: worst-frame
   mean abs diff > 8 or SSIM < 0.9; audio: SNR < 20 dB; tensors: max abs diff > 1 % of range;
-  or any change of shape), unless ``force=True``.
+  any change of shape) applies as a floor, also to outputs without checks.
 
 The rules and their bounds live in :mod:`harness.references.rules`.
 
 Every entry records why, by whom and when (UTC), the run it came from, the environment that
 produced it and the harness version. Files and the manifest are written atomically (temp file +
-``os.replace``) into a fresh content-addressed folder, so a crash leaves either the old or the
-new reference, never a mix; ``verify`` reports any leftovers.
+``os.replace``) into a fresh content-addressed folder named with :func:`harness.fsio.slug`
+(:mod:`harness.references.layout`; every written path is checked to resolve inside the store),
+so a crash leaves either the old or the new reference, never a mix; a replaced entry's files
+are deleted only if no other entry lists them; ``verify`` reports any leftovers.
 
 Example::
 
@@ -29,36 +42,35 @@ Example::
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import getpass
-import hashlib
 import os
-import shutil
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from harness import media
-from harness.errors import HarnessError, InputError, ReferenceStoreError, ReportFormatError
-from harness.fsio import read_array, slug, write_array, write_atomic, write_text_atomic
+from harness.errors import HarnessError, InputError, ReferenceStoreError
 from harness.metrics import names as metric_names
-from harness.model import Attempt, CaseResult, RunReport
-from harness.references.rules import drift_from, output_meta, refuse_unusable
+from harness.model import Attempt, CaseResult, fmt_number
+from harness.references.layout import ensure_inside, entry_folder
+from harness.references.rules import (
+    drift_from,
+    lookup_chain,
+    quality_checks,
+    refuse_case,
+    refuse_failed_checks,
+    refuse_unusable,
+)
+from harness.references.source import load_output, pick_attempt, read_report, select_cases
 from harness.references.store import (
-    MANIFEST_NAME,
     BlessInfo,
     Manifest,
     ReferenceEntry,
-    ReferenceFile,
     ReferenceStore,
-    file_sha256,
-    harness_version,
     read_manifest,
 )
+from harness.references.writer import Prepared, remove_replaced, write_entry, write_manifest
 
 __all__ = [
     "BlessRefusedError",
@@ -110,7 +122,7 @@ class BlessSummary:
         lines = []
         for b in self.blessed:
             what = "replaced" if b.replaced else "new"
-            drift = ", ".join(f"{k}={_fmt(v)}" for k, v in b.drift.items())
+            drift = ", ".join(f"{k}={fmt_number(v)}" for k, v in b.drift.items())
             lines.append(
                 f"blessed {b.reference_id}/{b.platform_class}/{b.output} ({b.kind}, "
                 f"{b.files} file{'s' if b.files != 1 else ''}, {what})"
@@ -120,19 +132,6 @@ class BlessSummary:
         lines += [f"REFUSED {r}" for r in self.refused]
         lines.append(f"store: {self.store_root}")
         return "\n".join(lines)
-
-
-@dataclass(frozen=True)
-class _Prepared:
-    """An output that passed every refusal rule, ready to write."""
-
-    output: str
-    kind: str
-    array: np.ndarray
-    info: Mapping[str, Any]
-    drift: Mapping[str, Any]
-    replaces: ReferenceEntry | None
-    settings: Mapping[str, Any]
 
 
 def default_who() -> str:
@@ -177,8 +176,8 @@ def bless(
     root = Path(store_root)
     if not reason or not reason.strip():
         raise InputError("bless needs a reason (--reason TEXT): why are these outputs right?")
-    report = _read_report(run)
-    results = _select_cases(report, case_id, platform or platform_class)
+    report = read_report(run)
+    results = select_cases(report, case_id, platform or platform_class)
     who = who or default_who()
     when = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
     store = ReferenceStore(root)
@@ -186,7 +185,7 @@ def bless(
     blessed: list[BlessedOutput] = []
     skipped: list[str] = []
     refused: list[str] = []
-    to_write: list[tuple[CaseResult, list[_Prepared]]] = []
+    to_write: list[tuple[CaseResult, list[Prepared]]] = []
     for result in results:
         try:
             prepared, skips = _prepare_case(run, result, store, platform_class, force)
@@ -201,7 +200,7 @@ def bless(
         # Re-read right before writing: the manifest on disk is the one we replace.
         manifest = read_manifest(root)
         entries = dict(manifest.entries)
-        stale: list[Path] = []
+        replaced: list[ReferenceEntry] = []
         for result, prepared in to_write:
             for p in prepared:
                 info = BlessInfo(
@@ -213,11 +212,11 @@ def bless(
                     forced=force,
                     drift=p.drift,
                 )
-                entry = _write_entry(root, result, p, platform_class, info, report)
+                entry = write_entry(root, result, p, platform_class, info, report)
                 key = (entry.reference_id, entry.platform_class, entry.output)
                 old = entries.get(key)
                 if old is not None:
-                    stale += _stale_dirs(root, old, entry)
+                    replaced.append(old)
                 entries[key] = entry
                 blessed.append(
                     BlessedOutput(
@@ -230,10 +229,8 @@ def bless(
                         p.drift,
                     )
                 )
-        _write_manifest(root, Manifest(entries=entries))
-        for d in stale:
-            shutil.rmtree(d, ignore_errors=True)
-            _prune_empty(d.parent, root)
+        write_manifest(root, Manifest(entries=entries))
+        remove_replaced(root, replaced, entries.values())
 
     summary = BlessSummary(str(root), tuple(blessed), tuple(skipped), tuple(refused))
     if refused:
@@ -246,96 +243,18 @@ def bless(
     return summary
 
 
-# --- reading the run --------------------------------------------------------------------------
-
-
-def _read_report(run: Path) -> RunReport:
-    path = run / "report.json"
-    if not path.is_file():
-        raise InputError(f"{path}: no report.json in the run folder (is --run a run folder?)")
-    import json
-
-    try:
-        return RunReport.from_json(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
-        raise ReportFormatError(f"{path}: cannot read the run report: {exc!r}") from exc
-
-
-def _select_cases(report: RunReport, case_id: str | None, platform: str) -> list[CaseResult]:
-    ids = sorted({c.id for c in report.cases})
-    if case_id is not None and case_id not in ids:
-        raise InputError(f"case '{case_id}' is not in the run (cases: {', '.join(ids) or 'none'})")
-    selected = []
-    for cid in ids if case_id is None else [case_id]:
-        candidates = [c for c in report.cases if c.id == cid]
-        if len(candidates) > 1:
-            candidates = [c for c in candidates if c.platform == platform] or candidates
-        if len(candidates) > 1:
-            raise InputError(
-                f"case '{cid}' ran on platforms {[c.platform for c in candidates]}; "
-                "say which to bless with --platform"
-            )
-        selected.append(candidates[0])
-    return selected
-
-
-def _pick_attempt(result: CaseResult) -> Attempt:
-    """The last passing measured attempt; else the last one that failed only quality checks.
-
-    The second rule lets a first bless happen at all: without a reference, the quality checks
-    of every attempt fail, although the target ran and produced its outputs.
-    """
-    quality_metrics = set(metric_names())
-    measured = [a for a in result.attempts if not a.warmup]
-    passed = [a for a in measured if a.status == "passed"]
-    if passed:
-        return passed[-1]
-    only_quality = [
-        a
-        for a in measured
-        if a.status == "failed"
-        and a.error is not None
-        and a.error.type == "CheckFailed"
-        and all(c.metric in quality_metrics for c in a.checks if c.blocking)
-    ]
-    if only_quality:
-        return only_quality[-1]
-    statuses = ", ".join(f"#{a.index} {a.status}" for a in result.attempts) or "none"
-    raise ReferenceStoreError(f"no passing measured attempt to bless (attempts: {statuses})")
-
-
-def _resolve(run: Path, path: str) -> Path:
-    p = Path(path)
-    if p.is_absolute():
-        return p
-    return run / p if (run / p).exists() or not p.exists() else p
-
-
-def _load_output(run: Path, name: str, info: Mapping[str, Any]) -> np.ndarray:
-    raw = info.get("path")
-    if not raw:
-        raise ReferenceStoreError(f"output '{name}' has no file in the run (no 'path')")
-    path = _resolve(run, str(raw))
-    if not path.is_file():
-        raise ReferenceStoreError(f"output '{name}': file {path} does not exist")
-    if path.suffix == ".safetensors":
-        try:
-            return np.asarray(read_array(path))
-        except ValueError as exc:
-            raise ReferenceStoreError(f"output '{name}': {exc}") from exc
-    if info.get("kind") == "audio":
-        return media.decode_audio(path).pcm
-    return media.decode_video(path).frames
-
-
 # --- refusal rules ----------------------------------------------------------------------------
 
 
 def _prepare_case(
     run: Path, result: CaseResult, store: ReferenceStore, platform_class: str, force: bool
-) -> tuple[list[_Prepared], list[str]]:
-    attempt = _pick_attempt(result)
-    prepared: list[_Prepared] = []
+) -> tuple[list[Prepared], list[str]]:
+    refuse_case(result, force)
+    chosen = pick_attempt(result)
+    attempt = chosen.attempt
+    chain = lookup_chain(platform_class, result.platform)
+    reference_id = result.reference or result.id
+    prepared: list[Prepared] = []
     skips: list[str] = []
     for name, info in sorted(attempt.outputs.items()):
         kind = str(info.get("kind", "tensor"))
@@ -344,14 +263,31 @@ def _prepare_case(
                 f"{result.id}/{name}: kind '{kind}' is not stored (its decoded content is)"
             )
             continue
-        array = _load_output(run, name, info)
+        # Checked here too, so a folder that resolves elsewhere (a symlink) refuses the case
+        # before anything is written; the writer checks every path again.
+        ensure_inside(store.root, store.root / entry_folder(reference_id, platform_class, name))
+        array = load_output(run, name, info)
         refuse_unusable(name, kind, array, info)
-        old = store.get(result.reference or result.id, name, platform_class)
+        # The reference a lookup for this platform class uses now: the entry this bless
+        # replaces, or the fallback it would shadow (e.g. ``any`` under a new ``mi300x``).
+        current = _first_on_chain(store, reference_id, name, chain)
+        refuse_failed_checks(attempt, name, current, chosen.first_bless, chain, force)
         drift: dict[str, Any] = {}
-        if old is not None:
-            drift = drift_from(store, old, kind, array, info, force)
+        if current is not None:
+            drift = drift_from(
+                store,
+                current,
+                kind,
+                array,
+                info,
+                force,
+                checks=quality_checks(attempt, name),
+                replaces=current.platform_class == platform_class,
+                chain=chain,
+            )
+        old = store.get(reference_id, name, platform_class)
         settings = _metric_settings(attempt, name)
-        prepared.append(_Prepared(name, kind, array, info, drift, old, settings))
+        prepared.append(Prepared(name, kind, array, info, drift, old, settings))
     if not prepared:
         raise ReferenceStoreError(
             f"attempt #{attempt.index} has no video, image, audio or tensor output to bless"
@@ -359,77 +295,14 @@ def _prepare_case(
     return prepared, skips
 
 
-# --- writing ----------------------------------------------------------------------------------
-
-
-def _png(path: Path, frame: np.ndarray) -> None:
-    media.write_png(path, frame)
-
-
-def _content_id(a: np.ndarray, extra: str) -> str:
-    h = hashlib.sha256(f"{a.dtype}{list(a.shape)}{extra}".encode())
-    h.update(np.ascontiguousarray(a).tobytes())
-    return h.hexdigest()[:12]
-
-
-def _write_entry(
-    root: Path,
-    result: CaseResult,
-    p: _Prepared,
-    platform_class: str,
-    info: BlessInfo,
-    report: RunReport,
-) -> ReferenceEntry:
-    meta = output_meta(p.info)
-    rate = meta.get("sample_rate") if p.kind == "audio" else None
-    fps = meta.get("fps") if p.kind == "video" else None
-    folder = (
-        root
-        / slug(result.reference or result.id)
-        / slug(platform_class)
-        / slug(p.output)
-        / _content_id(p.array, f"{p.kind}{rate}")
-    )
-    folder.mkdir(parents=True, exist_ok=True)
-    files: list[ReferenceFile] = []
-
-    def add(path: Path, frame: int | None = None) -> None:
-        files.append(ReferenceFile(path.relative_to(root).as_posix(), file_sha256(path), frame))
-
-    if p.kind in ("video", "image"):
-        frames = p.array if p.kind == "video" else p.array[None]
-        for i, frame in enumerate(frames):
-            path = folder / f"frame_{i:05d}.png"
-            write_atomic(path, functools.partial(_png, frame=frame))
-            add(path, i)
-    elif p.kind == "audio":
-        path = folder / "audio.wav"
-        pcm = p.array.astype(np.float32, copy=False)
-        write_atomic(path, lambda t: media.write_wav(t, pcm, int(rate or 0)))
-        add(path)
-    else:
-        path = folder / "tensor.safetensors"
-        write_array(path, p.array)
-        add(path)
-    env = dict(report.env)
-    env.setdefault("runner", report.runner)
-    return ReferenceEntry(
-        reference_id=result.reference or result.id,
-        platform_class=platform_class,
-        output=p.output,
-        kind=p.kind,
-        case_id=result.id,
-        files=tuple(files),
-        shape=tuple(int(x) for x in p.array.shape),
-        dtype=str(p.array.dtype),
-        blessed=info,
-        environment=env,
-        harness_version=harness_version(),
-        metric_settings=p.settings,
-        fps=float(fps) if isinstance(fps, int | float) else None,
-        sample_rate=int(rate) if isinstance(rate, int) else None,
-        source_hash=str(p.info.get("hash", "")),
-    )
+def _first_on_chain(
+    store: ReferenceStore, reference_id: str, output: str, chain: list[str]
+) -> ReferenceEntry | None:
+    for plat in chain:
+        entry = store.get(reference_id, output, plat)
+        if entry is not None:
+            return entry
+    return None
 
 
 def _metric_settings(attempt: Attempt, output: str) -> dict[str, Any]:
@@ -440,24 +313,3 @@ def _metric_settings(attempt: Attempt, output: str) -> dict[str, Any]:
         if c.metric in quality_metrics and c.output in (output, None):
             out[c.name] = {"metric": c.metric, **dict(c.settings)}
     return out
-
-
-def _write_manifest(root: Path, manifest: Manifest) -> None:
-    text = manifest.dumps()
-    write_text_atomic(root / MANIFEST_NAME, text)
-
-
-def _stale_dirs(root: Path, old: ReferenceEntry, new: ReferenceEntry) -> list[Path]:
-    """Folders of the replaced entry that the new entry no longer uses."""
-    keep = {(root / f.path).parent for f in new.files}
-    return sorted({(root / f.path).parent for f in old.files} - keep)
-
-
-def _prune_empty(folder: Path, root: Path) -> None:
-    while folder != root and folder.is_dir() and not any(folder.iterdir()):
-        folder.rmdir()
-        folder = folder.parent
-
-
-def _fmt(v: Any) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else str(v)

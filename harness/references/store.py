@@ -35,6 +35,7 @@ import numpy as np
 from harness import media
 from harness.errors import ReferenceStoreError
 from harness.fsio import read_array
+from harness.references.layout import is_inside, misplaced
 from harness.references.manifest import (
     FORMAT_VERSION,
     MANIFEST_NAME,
@@ -113,8 +114,14 @@ class ReferenceStore:
     # --- reading verified files -------------------------------------------------------------
 
     def verified_path(self, f: ReferenceFile) -> Path:
-        """The absolute path of ``f`` after checking it exists and its SHA-256 matches."""
+        """The path of ``f`` after checking it lies inside the store, exists and its SHA-256
+        matches: a manifest can never make a check read a file from elsewhere."""
         path = self.root / f.path
+        if not is_inside(self.root, path):
+            raise ReferenceStoreError(
+                f"reference file {f.path!r} resolves to {path.resolve()}, outside the store "
+                f"{self.root.resolve()}; a manifest may only list files inside its store"
+            )
         if not path.is_file():
             raise ReferenceStoreError(
                 f"reference file {path} is missing (expected sha256 {f.sha256}, actual: none)"
@@ -220,8 +227,9 @@ class ReferenceStore:
     def verify(self) -> list[str]:
         """Every problem of the store, one line each; an empty list means it is intact.
 
-        Checks that each manifest file exists and matches its SHA-256, that no two entries claim
-        one file, and reports files on disk that the manifest does not list.
+        Checks that each manifest file exists and matches its SHA-256, that it lies in its entry's
+        own folder (:func:`~harness.references.layout.misplaced`), that no two entries claim one
+        file, and reports files on disk that the manifest does not list.
         """
         if not self.root.is_dir():
             return [f"{self.root}: reference store folder does not exist"]
@@ -231,13 +239,21 @@ class ReferenceStore:
             return [str(exc)]
         problems: list[str] = []
         listed: dict[str, str] = {}
-        for entry in manifest.entries.values():
+        for (ref, plat, out), entry in manifest.entries.items():
+            if (entry.reference_id, entry.platform_class, entry.output) != (ref, plat, out):
+                problems.append(
+                    f"{ref}/{plat}/{out}: manifest entry is filed under this key but names "
+                    f"itself {entry.key}"
+                )
             if not entry.files:
                 problems.append(f"{entry.key}: manifest entry lists no files")
             for f in entry.files:
                 if f.path in listed:
                     problems.append(f"{f.path}: listed by both {listed[f.path]} and {entry.key}")
                 listed[f.path] = entry.key
+                where = misplaced(ref, plat, out, f.path)
+                if where is not None:
+                    problems.append(f"{entry.key}: {where}")
                 try:
                     self.verified_path(f)
                 except ReferenceStoreError as exc:

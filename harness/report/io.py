@@ -14,6 +14,7 @@ from harness.fsio import write_json_atomic, write_text_atomic
 from harness.model import SCHEMA_VERSION, RunReport
 from harness.report.junit import write_junit
 from harness.report.markdown import summary_markdown
+from harness.report.schema import validate_report
 
 
 def _point_latest(run_dir: Path) -> None:
@@ -40,9 +41,14 @@ def write_run(report: RunReport, run_dir: Path, *, latest: bool = True) -> None:
 
 
 def render_run(report: RunReport, run_dir: Path) -> None:
-    """The renderings of a report (JUnit, Markdown), never the report itself."""
+    """The renderings of a report (JUnit, Markdown), never the report itself. Each is built
+    in memory before it replaces its file, so a rendering that fails leaves the old files."""
+    summary = summary_markdown(report)
     write_junit(report, run_dir / "junit.xml")
-    write_text_atomic(run_dir / "summary.md", summary_markdown(report))
+    write_text_atomic(run_dir / "summary.md", summary)
+
+
+_JSON_TYPES = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
 
 
 def read_report(path: Path) -> RunReport:
@@ -53,15 +59,28 @@ def read_report(path: Path) -> RunReport:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise ReportFormatError(f"{path}: no such report") from exc
+    except UnicodeDecodeError as exc:
+        raise ReportFormatError(f"{path}: not a report: not UTF-8 text ({exc.reason})") from exc
+    except OSError as exc:
+        raise ReportFormatError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     except json.JSONDecodeError as exc:
         raise ReportFormatError(f"{path}: not valid JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        kind = _JSON_TYPES.get(type(doc), "number")
+        raise ReportFormatError(f"{path}: not a report: expected a JSON object, got {kind}")
     version = doc.get("schema_version")
     if version != SCHEMA_VERSION:
         raise ReportFormatError(
             f"{path}: schema_version {version!r} is not supported (expected {SCHEMA_VERSION}); "
             "re-run the cases with this harness version"
         )
+    # Every key checked against the published schema: an unknown status or field is an error
+    # here, not a rendering that silently drops it.
+    try:
+        validate_report(doc)
+    except ReportFormatError as exc:
+        raise ReportFormatError(f"{path}: {str(exc).removeprefix('report: ')}") from None
     try:
         return RunReport.from_json(doc)
-    except (KeyError, TypeError) as exc:
+    except (KeyError, TypeError, ValueError) as exc:
         raise ReportFormatError(f"{path}: malformed report: missing or bad {exc}") from exc

@@ -19,14 +19,14 @@ Example::
 
 from __future__ import annotations
 
-import os
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.model import FAILING, Attempt, CaseResult, CheckResult, RunReport
+from harness.fsio import write_atomic
+from harness.model import FAILING, Attempt, CaseResult, CheckResult, RunReport, fmt_number
 from harness.report.text import explain_checks
 
 __all__ = ["write_junit", "xml_safe"]
@@ -51,13 +51,11 @@ def write_junit(report: RunReport, path: Path) -> None:
     ET.indent(root)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
+
+    def write(tmp: Path) -> None:
         ET.ElementTree(root).write(tmp, encoding="utf-8", xml_declaration=True)
-        os.replace(tmp, path)
-    finally:
-        # Only left behind when writing or replacing failed.
-        tmp.unlink(missing_ok=True)
+
+    write_atomic(path, write)
 
 
 # --- document ------------------------------------------------------------------------------
@@ -173,7 +171,8 @@ def _attempt_label(a: Attempt) -> str:
 
 def _checks_summary(checks: Sequence[CheckResult]) -> str:
     parts = [
-        f"{c.name}: {c.metric} {_fmt(c.value)} (want {c.op} {_fmt(c.threshold)})" for c in checks
+        f"{c.name}: {c.metric} {fmt_number(c.value)} (want {c.op} {fmt_number(c.threshold)})"
+        for c in checks
     ]
     head = f"{len(checks)} check{'s' if len(checks) != 1 else ''} failed: "
     return head + "; ".join(parts)
@@ -184,9 +183,7 @@ def _notes(case: CaseResult) -> str:
     lines: list[str] = []
     for c in case.checks:
         if c.passed is False and c.policy == "warn":
-            lines.append(
-                f"warning: {c.name}: {c.metric} {_fmt(c.value)} (want {c.op} {_fmt(c.threshold)})"
-            )
+            lines.append(f"warning: {c.name}: {_obtained(c)}")
         elif c.passed is None:
             lines.append(f"not run: {c.name}: {c.reason or 'no reason given'}")
     if case.simulated:
@@ -197,12 +194,8 @@ def _notes(case: CaseResult) -> str:
 # --- helpers -------------------------------------------------------------------------------
 
 
-def _fmt(v: Any) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return f"{v:.6g}"
-    return str(v)
+def _obtained(c: CheckResult) -> str:
+    return f"{c.metric} {fmt_number(c.value)} (want {c.op} {fmt_number(c.threshold)})"
 
 
 def _secs(v: float) -> str:

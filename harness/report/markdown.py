@@ -1,33 +1,58 @@
-"""The Markdown summary of a run, for a CI job summary or a PR comment."""
+"""The Markdown summary of a run, for a CI job summary or a PR comment.
+
+Every value put in the table goes through :func:`_cell` (or :func:`_code`): whatever a report
+holds, a row keeps its four cells and the table stays one table.
+"""
 
 from __future__ import annotations
+
+import re
 
 from harness.model import RunReport
 
 
-def _cell(text: str) -> str:
-    """One table cell: pipes escaped, first line only."""
-    lines = text.replace("|", "\\|").splitlines()
-    return lines[0] if lines else ""
+def _one_line(text: str) -> str:
+    """``text`` on one line: every line break (any of str.splitlines') becomes a space."""
+    return " ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
+def _cell(text: str, *, first_line: bool = False) -> str:
+    """One table cell: on one line (with ``first_line``, only the first non-blank line and a
+    mark that more follows), pipes escaped."""
+    flat = _one_line(text)
+    if first_line and len(text.strip().splitlines()) > 1:
+        flat = text.strip().splitlines()[0].strip() + " ..."
+    return flat.replace("|", "\\|")
+
+
+def _code(text: str, *, table: bool = True) -> str:
+    """A code span (in a table cell by default): fenced by more backticks than any run inside
+    it, so a backtick in a name cannot end the span early."""
+    flat = _cell(text) if table else _one_line(text)
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", flat)), default=0) + 1)
+    pad = " " if flat.startswith("`") or flat.endswith("`") else ""
+    return f"{fence}{pad}{flat}{pad}{fence}"
 
 
 def summary_markdown(report: RunReport) -> str:
     """A short Markdown summary, for CI step summaries and PR comments."""
     counts = {k: v for k, v in report.counts().items() if v}
     lines = [
-        f"# Run {report.run_id}" + (" (interrupted)" if report.interrupted else ""),
+        f"# Run {_one_line(report.run_id)}" + (" (interrupted)" if report.interrupted else ""),
         "",
-        f"runner `{report.runner}`, " + ", ".join(f"{v} {k}" for k, v in counts.items()),
+        f"runner {_code(report.runner, table=False)}, "
+        + (", ".join(f"{v} {k}" for k, v in counts.items()) or "no cases"),
         "",
         "| case | status | attempts | note |",
         "| --- | --- | --- | --- |",
     ]
     for c in report.cases:
         lines.append(
-            f"| `{_cell(c.name)}` | {c.status} | {len(c.attempts)} | {_cell(c.reason or '')} |"
+            f"| {_code(c.name)} | {_cell(c.status)} | {len(c.attempts)} "
+            f"| {_cell(c.reason or '', first_line=True)} |"
         )
     not_run = [
-        f"- `{c.name}` {k.name}: {k.reason}"
+        f"- {_code(c.name, table=False)} {_one_line(k.name)}: {_one_line(k.reason or '')}"
         for c in report.cases
         for k in c.checks
         if k.passed is None

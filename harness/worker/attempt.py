@@ -128,7 +128,10 @@ def run_attempt(job: AttemptJob) -> Attempt:
     t0 = time.perf_counter()
     try:
         if case.command is not None:
-            _run_command(case, (output_dir or Path(".")) / "result.json", case.timeout_s)
+            # The command gets most of the attempt's time, so that its own timeout is reported
+            # by this worker (with what it printed) before the manager's deadline kills us.
+            limit = max(case.timeout_s * 0.9, case.timeout_s - 5.0)
+            _run_command(case, (output_dir or Path(".")) / "result.json", limit)
         else:
             fn = resolve_target(str(case.target))
             # Which file the target really came from: a comparison shows (and tests) that
@@ -167,6 +170,15 @@ def run_attempt(job: AttemptJob) -> Attempt:
             if c.blocking
         ]
         error = ErrorInfo.make("CheckFailed", "checks failed: " + "; ".join(failed))
+    elif status == "passed" and any(c.unjudged for c in checks):
+        # A check that must pass but could not run (no CLIP model, say) is never a pass: the
+        # case is an error that names the check and why, and only `policy = "warn"` goes on.
+        status = "error"
+        missing = [f"{c.name}: {c.reason}" for c in checks if c.unjudged]
+        error = ErrorInfo.make(
+            "CheckNotRun",
+            'checks with policy "fail" could not run: ' + "; ".join(missing),
+        )
     return Attempt(
         case_id=case.id,
         platform=platform,

@@ -49,11 +49,29 @@ def sigkill():
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def kernel_fault():
+    raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+
 def oom_once(marker):
+    # The first time, really run out of memory: allocate 2 GiB under an address-space limit of
+    # what the process maps now plus 256 MiB (the soft limit only, restored after).
+    import resource
+
+    import numpy as np
+
     m = Path(marker)
     if not m.exists():
         m.write_text("seen")
-        raise MemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        with open("/proc/self/statm") as f:
+            mapped = int(f.read().split()[0]) * resource.getpagesize()
+        resource.setrlimit(resource.RLIMIT_AS, (mapped + (256 << 20), hard))
+        try:
+            big = np.ones(2 << 30, dtype=np.uint8)
+            big[::4096] = 2  # touch it, in case the allocator was lazy
+        finally:
+            resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 def bad():

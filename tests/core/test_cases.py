@@ -15,7 +15,7 @@ GOOD = """
 [[case]]
 id = "t2va-int8"
 kind = "pipeline"
-target = "tinyav.scenarios:t2va"
+target = "tinyav.scenarios.pipeline:t2va"
 params = { quant = "int8", steps = 4 }
 seed = 42
 platforms = ["cpu", "cuda"]
@@ -74,7 +74,7 @@ BAD = [
         "id = 'x'\nkind = 'loader'\ntarget = 'm:f'\nrepeats = true\n",
         "key 'repeats' = True: expected integer, got bool",
     ),
-    ("id = 'x'\nkind = 'loader'\ntarget = 'm:f'\nrepeats = 0\n", "expected an integer >= 1"),
+    ("id = 'x'\nkind = 'loader'\ntarget = 'm:f'\nrepeats = 0\n", "expected an integer from 1 to"),
     ("id = 'x'\nkind = 'loader'\ntarget = 'm:f'\ntimeout_s = -1\n", "positive number"),
     ("kind = 'loader'\ntarget = 'm:f'\n", "missing required key 'id'"),
     ("id = 'x'\ntarget = 'm:f'\n", "missing required key 'kind'"),
@@ -117,7 +117,7 @@ BAD = [
     ("seed = 1\n[[case]]\nid = 'x'\nkind = 'loader'\ntarget = 'm:f'\n", "next to [[case]]"),
     ("id = 'x'\nkind = 'loader\n", "not valid TOML"),
     ("", "no case in file"),
-    ("id = 'a[b]'\nkind = 'loader'\ntarget = 'm:f'\n", "without '['"),
+    ("id = 'a[b]'\nkind = 'loader'\ntarget = 'm:f'\n", "key 'id' = 'a[b]': expected a non-empty"),
 ]
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from corecases import write_cases
+from test_runner_faults import workers_alive
 
 from harness.report.schema import validate_report
 
@@ -140,3 +141,201 @@ def test_signal_writes_a_valid_partial_report(project: Path, signum: signal.Sign
     skipped = [c for c in doc["cases"] if c["status"] == "skipped"]
     assert all("interrupted" in c["reason"] for c in skipped)
     assert len(doc["cases"]) == 6
+
+
+def test_second_signal_keeps_earlier_attempts_and_leaves_no_fresh_worker(project: Path) -> None:
+    # A fresh-process case with three repeats; the second Ctrl-C arrives while its second
+    # attempt runs: the first attempt must stay in the report, and no worker may outlive us.
+    # The first attempt must finish before the signals: make it short, the later ones long.
+    (project / "code" / "tmod.py").write_text(
+        (project / "code" / "tmod.py").read_text()
+        + "\n\ndef slow_after_first(seconds=30.0, marker=''):\n"
+        "    m = Path(marker)\n"
+        "    if m.exists():\n"
+        "        time.sleep(seconds)\n"
+        "    m.write_text('x')\n"
+    )
+    marker = project / "first-done"
+    write_cases(
+        project,
+        "fresh.toml",
+        '[[case]]\nid = "fresh"\nkind = "import"\ntarget = "tmod:slow_after_first"\n'
+        f'params = {{ seconds = 30.0, marker = "{marker}" }}\nrepeats = 3\n'
+        "fresh_process = true\ntimeout_s = 120\n",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "run", "--code-root", "code", "--run-id", "twice"],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    workers = project / "reports" / "twice" / "workers"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        logs = sorted(workers.glob("*.log")) if workers.exists() else []
+        if marker.exists() and len(logs) >= 2:
+            break
+        time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail("the second attempt did not start within 90 s")
+    time.sleep(0.5)  # let the second worker get into the attempt
+    os.kill(proc.pid, signal.SIGINT)
+    time.sleep(0.3)
+    os.kill(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3, err
+    doc = json.loads((project / "reports" / "twice" / "report.json").read_text())
+    validate_report(doc)
+    (case,) = [c for c in doc["cases"] if c["id"] == "fresh"]
+    assert case["status"] == "skipped" and "interrupted" in case["reason"]
+    assert [a["status"] for a in case["attempts"]][:1] == ["passed"], case["attempts"]
+    assert len(list(workers.glob("*.log"))) >= 2
+    # Every worker process the run started is gone.
+    assert not workers_alive(workers)
+
+
+# --- issue #12: inputs that crashed the run, usage errors as one line, runs where nothing ran --
+
+
+def one_line_usage_error(proc: subprocess.CompletedProcess[str]) -> str:
+    """The single line a usage or input error prints, with exit 2 and no traceback."""
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+def folder_state(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_values_that_crashed_the_run_are_load_errors_and_the_rest_runs(project: Path) -> None:
+    case = '[[case]]\nid = "{id}"\nkind = "loader"\ntarget = "tmod:ok"\n{extra}\n'
+    write_cases(project, "good.toml", case.format(id="good", extra=""))
+    bad = {
+        "nan.toml": ("timeout_s = nan", "key 'timeout_s' = nan"),
+        "huge.toml": ("timeout_s = 1e10", "key 'timeout_s' = 10000000000.0"),
+        "date.toml": ("params = { x = 1979-05-27T07:32:00Z }", "key 'params.x'"),
+        "plat.toml": ('platforms = ["cpuu"]', "key 'platforms' = ['cpuu']"),
+        "metric.toml": (
+            'checks = [{ metric = "sssim", op = ">=", threshold = 0.9, policy = "warn" }]',
+            "key 'metric' = 'sssim'",
+        ),
+    }
+    for name, (extra, _) in bad.items():
+        write_cases(project, name, case.format(id=name.removesuffix(".toml"), extra=extra))
+    proc = harness(project, "run", "--code-root", "code", "--run-id", "r", "-q")
+    assert proc.returncode == 2, proc.stderr
+    doc = json.loads((project / "reports" / "r" / "report.json").read_text())
+    validate_report(doc)
+    assert [(c["id"], c["status"]) for c in doc["cases"]] == [("good", "passed")]
+    assert doc["infra_errors"] == []
+    errors = {Path(e["path"]).name: e["message"] for e in doc["load_errors"]}
+    assert set(errors) == set(bad)
+    for name, (_, expected) in bad.items():
+        assert expected in errors[name] and expected in proc.stderr
+
+
+def test_empty_case_array_is_an_input_error_not_an_empty_run(project: Path) -> None:
+    write_cases(project, "empty.toml", "case = []\n")
+    proc = harness(project, "run", "--code-root", "code", "--run-id", "r", "-q")
+    assert proc.returncode == 2, proc.stderr
+    assert "empty.toml: no case in file" in proc.stderr
+
+
+def test_nothing_ran_exits_5_and_says_why(project: Path) -> None:
+    write_cases(
+        project,
+        "a.toml",
+        'id = "only-cuda"\nkind = "loader"\ntarget = "tmod:ok"\nplatforms = ["cuda"]\n',
+    )
+    proc = harness(project, "run", "--code-root", "code", "-q", "-k", "nomatch", "--run-id", "k")
+    assert proc.returncode == 5, proc.stderr
+    assert "nothing ran: -k 'nomatch' matched none of the 1 case(s) loaded from cases" in (
+        proc.stderr
+    )
+    proc = harness(project, "run", "--code-root", "code", "-q", "--run-id", "s")
+    assert proc.returncode == 5, proc.stderr
+    assert (
+        "nothing ran: all 1 selected case(s) were skipped: case declares platforms ['cuda']"
+        in proc.stderr
+    )
+    for run in ("k", "s"):  # what such a run writes reads back
+        validate_report(json.loads((project / "reports" / run / "report.json").read_text()))
+        assert harness(project, "report", f"reports/{run}").returncode == 0
+
+
+def test_usage_errors_are_one_line_and_touch_nothing(project: Path) -> None:
+    write_cases(
+        project, "a.toml", 'id = "c"\nkind = "loader"\ntarget = "tmod:ok"\nplatforms = ["cuda"]\n'
+    )
+    assert harness(project, "run", "--code-root", "code", "-q", "--run-id", "r1").returncode == 5
+    before = folder_state(project / "reports")
+    (project / "afile").write_text("not a folder")
+    cases = [
+        (["--out", "afile"], "--out afile: afile exists and is not a folder"),
+        (["--out", "afile/sub"], "--out afile/sub: afile exists and is not a folder"),
+        (["--run-id", "r1"], "--run-id r1: reports/r1 already exists"),
+        (["--references", "/nonexistent"], "--references /nonexistent: that folder does not exist"),
+        (["--references", "afile"], "--references afile: that folder is not a folder"),
+        (["--budget", "nan"], "--budget nan: expected a finite positive number of seconds"),
+        (["--budget", "inf"], "--budget inf: expected a finite positive number of seconds"),
+        (["--repeats", "100000"], "--repeats 100000: expected an integer from 1 to 1000"),
+        (["--retries", "11"], "--retries 11: expected an integer from 0 to 10"),
+    ]
+    for args, expected in cases:
+        line = one_line_usage_error(harness(project, "run", "--code-root", "code", "-q", *args))
+        assert expected in line, line
+    assert folder_state(project / "reports") == before
+    assert (project / "afile").read_text() == "not a folder"
+
+
+def test_a_repeated_platform_runs_once(project: Path) -> None:
+    write_cases(project, "a.toml", 'id = "c"\nkind = "loader"\ntarget = "tmod:ok"\n')
+    proc = harness(project, "plan", "--platform", "cpu", "--platform", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("loader/c[cpu]") == 1
+    assert "--platform cpu given 2 times; running it once" in proc.stderr
+    proc = harness(
+        project, "run", "--code-root", "code", "-q", "--run-id", "r",
+        "--platform", "cpu", "--platform", "cpu",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((project / "reports" / "r" / "report.json").read_text())
+    assert [c["platform"] for c in doc["cases"]] == ["cpu"]
+    assert len(doc["cases"][0]["attempts"]) == 1
+
+
+def test_report_refuses_bad_input_and_never_rewrites_its_input(project: Path) -> None:
+    write_cases(
+        project, "a.toml", 'id = "c"\nkind = "loader"\ntarget = "tmod:ok"\nplatforms = ["cuda"]\n'
+    )
+    assert harness(project, "run", "--code-root", "code", "-q", "--run-id", "r").returncode == 5
+    run = project / "reports" / "r"
+    good = (run / "report.json").read_bytes()
+    status = json.loads(good)
+    status["cases"][0]["status"] = "green"
+    extra = json.loads(good)
+    extra["cases"][0]["owner"] = "someone"
+    bad = [
+        (b"[]", "expected a JSON object, got array"),
+        (b"null", "expected a JSON object, got null"),
+        (b"\x89PNG\r\n\x1a\n\x00\xff\xfe", "not UTF-8 text"),
+        (json.dumps(status).encode(), "$.cases[0].status: 'green' is not one of"),
+        (json.dumps(extra).encode(), "$.cases[0].owner: unknown key"),
+    ]
+    for content, expected in bad:
+        (run / "report.json").write_bytes(content)
+        before = folder_state(run)
+        line = one_line_usage_error(harness(project, "report", "reports/r"))
+        assert "report.json" in line and expected in line, line
+        assert folder_state(run) == before
+    (run / "report.json").write_bytes(good)
+    (run / "summary.md").unlink()
+    proc = harness(project, "report", "reports/r")
+    assert proc.returncode == 0, proc.stderr
+    assert (run / "report.json").read_bytes() == good
+    assert "loader/c[cpu]" in (run / "summary.md").read_text()

@@ -146,3 +146,43 @@ def test_loading_the_plugin_imports_no_torch() -> None:
         "assert 'numpy' not in sys.modules, 'numpy imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_simulated_items_say_so_and_real_only_skips_them(suite: pytest.Pytester) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: nothing is simulated for --harness-platform cuda")
+    junit = suite.path / "sim.xml"
+    result = run(suite, "--harness-platform", "cuda", "-k", "ok", f"--junitxml={junit}")
+    result.assert_outcomes(passed=2, warnings=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*HarnessSimulatedWarning*loader/ok[[]cuda[]] passed on a SIMULATED platform*",
+            "*SIMULATED (passed on a platform this machine does not have*loader/ok[[]cuda[]]*",
+        ]
+    )
+    xml = junit.read_text()
+    assert '<property name="simulated" value="true"' in xml, xml
+
+    result = run(suite, "--harness-platform", "cuda", "-k", "ok", "--harness-real-only", "-rs")
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines(["*SKIPPED*--harness-real-only: simulated: cuda is not available*"])
+
+
+def test_interrupted_session_writes_interrupted_report(suite: pytest.Pytester) -> None:
+    # A real SIGINT after the first item (from a plugin module) is how pytest sees Ctrl-C;
+    # the harness report of that session must say interrupted.
+    suite.makepyfile(
+        interrupter="import os, signal\n"
+        "seen = []\n"
+        "def pytest_runtest_teardown(item):\n"
+        "    seen.append(item)\n"
+        "    if len(seen) == 1:\n"
+        "        signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+    )
+    result = run(suite, "-k", "loader", "-p", "interrupter")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    (doc,) = reports(suite)
+    assert doc["interrupted"] is True

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from harness.execution.retry import Budget, retry_class, should_retry
+from harness.execution.retry import (
+    INFRA_HTTP_CODES,
+    OOM_EVIDENCE,
+    Budget,
+    oom_kill_count,
+    retry_class,
+    should_retry,
+)
 from harness.model import Attempt, ErrorInfo
 from harness.platforms.profile import RetryPolicy
 
@@ -37,15 +44,63 @@ def test_classes() -> None:
     assert retry_class(attempt("error", "OutOfMemoryError", "CUDA out of memory"), POLICY) == "oom"
     assert retry_class(attempt("error", "RuntimeError", "HIP out of memory"), POLICY) == "oom"
     assert retry_class(attempt("error", "ValueError", "bad shape 3 vs 4"), POLICY) is None
-    crash = Attempt(
+    assert retry_class(attempt("error", "RuntimeError", "hipErrorOutOfMemory"), POLICY) == "oom"
+    assert retry_class(attempt("error", "ValueError", "bad shape 3 vs 4"), POLICY) is None
+
+
+def crashed(message: str) -> Attempt:
+    return Attempt(
         case_id="c",
         platform="cpu",
         index=0,
         status="crashed",
         seed=0,
-        error=ErrorInfo("WorkerCrashed", "worker killed by SIGKILL", "x"),
+        error=ErrorInfo("WorkerCrashed", message, "x"),
     )
-    assert retry_class(crash, POLICY) == "oom"
+
+
+def test_sigkill_is_oom_only_with_the_kernels_word() -> None:
+    assert retry_class(crashed("worker killed by SIGKILL"), POLICY) == "crashed"
+    assert should_retry(crashed("worker killed by SIGKILL"), POLICY) is None
+    evidence = f"worker killed by SIGKILL ({OOM_EVIDENCE} from 0 to 1)"
+    assert retry_class(crashed(evidence), POLICY) == "oom"
+
+
+def test_kernel_faults_are_failures_even_if_a_profile_pattern_matches() -> None:
+    greedy = RetryPolicy(retries=2, patterns=("CUDA error", "HIP error"))
+    for message in (
+        "CUDA error: an illegal memory access was encountered",
+        "HIP error: hipErrorIllegalAddress",
+        "Memory access fault by GPU node-2 on address 0x7f00",
+        "CUDA error: device-side assert triggered",
+    ):
+        assert should_retry(attempt("error", "RuntimeError", message), greedy) is None, message
+    assert should_retry(attempt("error", "RuntimeError", "HIP error: timeout"), greedy) == "infra"
+
+
+def test_http_404_is_not_infrastructure_but_403_429_5xx_are() -> None:
+    assert (
+        retry_class(attempt("error", "RuntimeError", "HTTP Error 404: Not Found"), POLICY) is None
+    )
+    for code in ("403", "408", "429", "500", "503"):
+        msg = f"HTTP Error {code}: x"
+        assert retry_class(attempt("error", "RuntimeError", msg), POLICY) == "infra", code
+    assert INFRA_HTTP_CODES == ("403", "408", "429", "5xx")
+
+
+def test_a_harness_bug_is_never_retried() -> None:
+    bug = attempt("error", "HarnessInternalError", "KeyError: 'threshold' in check evaluation")
+    assert retry_class(bug, POLICY) is None
+
+
+def test_oom_kill_count_reads_cgroup_v1_and_v2_files(tmp_path) -> None:
+    v2 = tmp_path / "memory.events"
+    v2.write_text("low 0\nhigh 0\nmax 3\noom 2\noom_kill 2\n")
+    v1 = tmp_path / "memory.oom_control"
+    v1.write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 5\n")
+    assert oom_kill_count([str(v2)]) == 2
+    assert oom_kill_count([str(tmp_path / "absent"), str(v1)]) == 5
+    assert oom_kill_count([str(tmp_path / "absent")]) is None
 
 
 def test_failed_check_or_assertion_is_never_retried() -> None:

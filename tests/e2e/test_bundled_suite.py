@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,6 +39,43 @@ def tree_digest(root: Path) -> str:
     return h.hexdigest()
 
 
+STEPS = 4  # every bundled pipeline case samples four steps
+
+
+def assert_pipeline_fingerprints(case_id: str, attempt: dict[str, Any]) -> None:
+    """The stages' tensors, in order, each finite and recorded where it lived (the CPU here)."""
+    fps = attempt["fingerprints"]
+    steps = [
+        n for i in range(STEPS) for n in (f"denoise.step{i:02d}", f"denoise.step{i:02d}.audio")
+    ]
+    assert list(fps) == [
+        "text.context",
+        "latents.video.init",
+        "latents.audio.init",
+        *steps,
+        "video.frames",
+        "audio.pcm",
+    ], case_id
+    for name, fp in fps.items():
+        assert fp["nonfinite"] == 0, (case_id, name)
+        assert fp["device"] == "cpu", (case_id, name)
+        assert fp["hash"].startswith(("blake3:", "sha256:")), (case_id, name)
+        assert None not in (fp["min"], fp["max"], fp["mean"]), (case_id, name)
+        want = "uint8" if name == "video.frames" else "float32"
+        assert fp["dtype"] == want, (case_id, name, fp["dtype"])
+    video, audio = fps["latents.video.init"], fps["latents.audio.init"]
+    assert len(video["shape"]) == 5 and len(audio["shape"]) == 3, case_id
+    for i in range(STEPS):  # the sampler keeps the latents' shapes
+        assert fps[f"denoise.step{i:02d}"]["shape"] == video["shape"], case_id
+        assert fps[f"denoise.step{i:02d}.audio"]["shape"] == audio["shape"], case_id
+    # The decoded frames and PCM are what was output.
+    assert fps["video.frames"]["shape"] == attempt["outputs"]["video"]["shape"], case_id
+    assert fps["audio.pcm"]["shape"] == attempt["outputs"]["audio"]["shape"], case_id
+    assert fps["video.frames"]["hash"] == attempt["outputs"]["video"]["hash"], case_id
+    for name, out in attempt["outputs"].items():  # the MP4 too: decoded and counted
+        assert out["nonfinite"] == 0, (case_id, name)
+
+
 def test_whole_suite_passes_on_cpu_and_never_writes_references(tmp_path: Path) -> None:
     before = tree_digest(REPO / "references")
     proc = harness("run", "--out", str(tmp_path), "--run-id", "suite", "-q")
@@ -58,7 +96,7 @@ def test_whole_suite_passes_on_cpu_and_never_writes_references(tmp_path: Path) -
         assert checks["identical_outputs"]["value"] is True
         attempt = case["attempts"][0]
         assert "DenoisingStage" in attempt["stages"]
-        assert "latents.init" in attempt["fingerprints"] or attempt["fingerprints"]
+        assert_pipeline_fingerprints(case["id"], attempt)
     # The CLIP check has no model here: reported as not run with its reason, never passed.
     clip = next(k for c in pipeline for k in c["checks"] if k["metric"] == "clip")
     assert clip["passed"] is None and "HARNESS_CLIP_MODEL" in clip["reason"]

@@ -120,7 +120,8 @@ def test_audio_metric_classes(rng: np.random.Generator) -> None:
     assert r.per_frame is None
     assert r.unit == "dB" and r.higher_is_better
     assert r.value == pytest.approx(metrics.audio_snr(bad, ref))
-    assert r.settings["max_lag_samples"] == metrics.audio.DEFAULT_MAX_LAG
+    # The window is bounded in time: 50 ms is 800 samples at 16 kHz (not 0.3 s of samples).
+    assert r.settings["max_lag_ms"] == 50.0 and r.settings["max_lag_samples"] == 800
     lsd = metrics.get("audio_lsd")()
     lsd.update(good, ref)
     lsd.update(bad, ref)
@@ -136,3 +137,31 @@ def test_audio_rejects_mismatched_channels() -> None:
         metrics.audio_snr(tone(1000, 2), tone(1000, 1))
     with pytest.raises(ValueError, match="max_lag"):
         metrics.audio_snr(tone(1000), tone(1000), max_lag=-1)
+
+
+def test_a_desync_beyond_the_window_is_not_aligned_away(rng: np.random.Generator) -> None:
+    # 0.25 s late at 16 kHz: the old 4,800-sample window (0.3 s here) aligned it away and the
+    # SNR read as a match; a window bounded in time (50 ms) does not.
+    target = (rng.standard_normal(SR * 2) * 0.1).astype(np.float32)
+    late = np.concatenate([np.zeros(SR // 4, np.float32), target])[: target.size]
+    ref = AudioData(pcm=target, sample_rate=SR, codec="pcm_f32le")
+    pred = AudioData(pcm=late, sample_rate=SR, codec="pcm_f32le")
+    assert metrics.audio_snr(late, target, max_lag=4800) > 40  # what the old default allowed
+    snr = metrics.get("audio_snr")()
+    snr.update(pred, ref)
+    assert snr.compute().value < 1.0
+    lag = metrics.get("audio_lag_ms")()
+    lag.update(pred, ref)
+    result = lag.compute()
+    assert result.unit == "ms" and not result.higher_is_better
+    assert result.value > 50.0  # beyond the window: never reads as in sync
+
+
+def test_audio_lag_is_measured_in_milliseconds(rng: np.random.Generator) -> None:
+    target = (rng.standard_normal(SR) * 0.1).astype(np.float32)
+    for shift in (0, 16, 160):  # 0, 1 and 10 ms at 16 kHz
+        late = np.concatenate([np.zeros(shift, np.float32), target])[: target.size]
+        ms = metrics.audio_lag_ms(late, target, sample_rate=SR)
+        assert ms == pytest.approx(1000.0 * shift / SR), shift
+    with pytest.raises(ValueError, match="sample rate"):
+        metrics.get("audio_lag_ms")().update(target, target)

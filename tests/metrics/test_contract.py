@@ -16,7 +16,17 @@ import torch
 from harness import metrics
 from harness.metrics import MetricResult
 
-EXPECTED = ("ssim", "psnr", "mae", "max_abs", "clip", "audio_snr", "audio_mad", "audio_lsd")
+EXPECTED = (
+    "ssim",
+    "psnr",
+    "mae",
+    "max_abs",
+    "clip",
+    "audio_snr",
+    "audio_mad",
+    "audio_lsd",
+    "audio_lag_ms",
+)
 
 
 def test_registry_names_and_classes() -> None:

@@ -12,6 +12,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from harness.model import Attempt, CaseResult, CheckResult, ErrorInfo, RunReport
+from harness.probe import content_hash
 
 ENV = {
     "python": {"version": "3.11.9"},
@@ -34,15 +35,23 @@ def video(seed: int = 0, frames: int = 4, size: int = 32) -> np.ndarray:
 
 
 def audio(n: int = 8000, rate: int = 16000) -> np.ndarray:
+    # A chirp (200 Hz up to 2 kHz), not a pure tone: a periodic signal has no unique lag, so a
+    # shift by whole periods could never be measured (cross-correlation aliases it).
     t = np.arange(n) / rate
-    return (0.5 * np.sin(2 * np.pi * 440 * t))[None, :].astype(np.float32)
+    sweep = 200.0 * t + 0.5 * (1800.0 / (n / rate)) * t**2
+    return (0.5 * np.sin(2 * np.pi * sweep))[None, :].astype(np.float32)
 
 
 Output = tuple[str, np.ndarray, Mapping[str, Any]]  # kind, array, meta
 
 
 def _attempt(
-    run: Path, case_id: str, index: int, outputs: Mapping[str, Output], **kw: Any
+    run: Path,
+    case_id: str,
+    index: int,
+    outputs: Mapping[str, Output],
+    platform: str = "cpu",
+    **kw: Any,
 ) -> Attempt:
     recorded: dict[str, dict[str, Any]] = {}
     for name, (kind, array, meta) in outputs.items():
@@ -52,7 +61,7 @@ def _attempt(
         nonfinite = int(array.size - np.isfinite(array).sum()) if array.dtype.kind == "f" else 0
         recorded[name] = {
             "kind": kind,
-            "hash": f"blake3:{case_id}{index}{name}",
+            "hash": content_hash(array),  # what probe.output records for an array
             "dtype": str(array.dtype),
             "shape": list(array.shape),
             "nonfinite": nonfinite,
@@ -61,7 +70,7 @@ def _attempt(
         }
     return Attempt(
         case_id=case_id,
-        platform="cpu",
+        platform=platform,
         index=index,
         seed=0,
         outputs=recorded,
@@ -76,7 +85,9 @@ MakeRun = Callable[..., Path]
 def make_run(tmp_path: Path) -> MakeRun:
     """``make_run(name, {case_id: {output: (kind, array, meta)}})`` -> run folder.
 
-    ``before`` adds earlier attempts per case: ``[(outputs, Attempt keyword overrides)]``.
+    ``before`` adds earlier attempts per case: ``[(outputs, Attempt keyword overrides)]``;
+    ``checks`` are the last attempt's checks, ``case_checks`` the case-level ones (which the
+    case result lists after them, as the aggregator does).
     """
 
     def make(
@@ -87,26 +98,38 @@ def make_run(tmp_path: Path) -> MakeRun:
         status: str = "passed",
         error: ErrorInfo | None = None,
         checks: tuple[CheckResult, ...] = (),
+        case_checks: tuple[CheckResult, ...] = (),
+        platform: str = "cpu",
+        simulated: bool = False,
     ) -> Path:
         run = tmp_path / "runs" / name
         run.mkdir(parents=True)
         results = []
         for case_id, outputs in cases.items():
             attempts = [
-                _attempt(run, case_id, i, outs, **kw)
+                _attempt(run, case_id, i, outs, platform, **kw)
                 for i, (outs, kw) in enumerate((before or {}).get(case_id, []))
             ]
             attempts.append(
                 _attempt(
-                    run, case_id, len(attempts), outputs, status=status, error=error, checks=checks
+                    run,
+                    case_id,
+                    len(attempts),
+                    outputs,
+                    platform,
+                    status=status,
+                    error=error,
+                    checks=checks,
                 )
             )
             results.append(
                 CaseResult(
                     id=case_id,
                     kind="pipeline",
-                    platform="cpu",
+                    platform=platform,
                     status="passed",
+                    simulated=simulated,
+                    checks=(*checks, *case_checks),
                     attempts=tuple(attempts),
                 )
             )

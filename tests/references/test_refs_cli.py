@@ -67,3 +67,24 @@ def test_verify_bad_manifest_exit_1(store_root: Path, capsys: pytest.CaptureFixt
     (store_root / "manifest.json").write_text('{"format_version": 2}')
     assert _run(["refs", "verify", "--references", str(store_root)]) == 1
     assert "format_version 2 is not supported" in capsys.readouterr().out
+
+
+def test_bless_help_states_the_rules(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        _run(["refs", "bless", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "a simulated <platform> result can never be a reference" in text
+    assert "only for outputs that have no reference yet on the lookup chain" in text
+    assert "with the case's own op and threshold" in text and "as a floor" in text
+    assert "no longer matches the hash its attempt recorded" in text
+
+
+def test_force_does_not_bless_a_simulated_run(
+    make_run: MakeRun, store_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = make_run("sim", {"c": {"video": ("video", video(0), {})}}, platform="npu", simulated=True)
+    argv = ["refs", "bless", "--run", str(run), "--force", "--reason", "x"]
+    assert _run([*argv, "--references", str(store_root)]) == 2
+    assert "REFUSED pipeline/c[npu]: a simulated npu result can never be a reference" in (
+        capsys.readouterr().out
+    )

@@ -127,4 +127,7 @@ def test_run_bless_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
         )
         == 2
     )
-    assert "drifts from the reference" in capsys.readouterr().out
+    # no attempt passed, and the first-bless rule does not apply once a reference exists
+    out = capsys.readouterr().out
+    assert "may be blessed only for outputs without a reference" in out
+    assert "ssim of 'video' is" in out and "e2e/any/video" in out

@@ -161,6 +161,19 @@ def test_audio_metrics(store: ReferenceStore) -> None:
     assert evaluate(auto, CASE, CHAIN, _outputs(**arrays), arrays, store).passed is True
 
 
+def test_audio_desync_fails_the_lag_check_in_milliseconds(store: ReferenceStore) -> None:
+    ref = audio()  # 16 kHz in the store
+    spec = CheckSpec(metric="audio_lag_ms", op="<=", threshold=10.0, output="audio", name="lag")
+    same = {"audio": ref}
+    ok = evaluate(spec, CASE, CHAIN, _outputs(**same), same, store)
+    assert ok.passed is True and ok.value == 0.0 and ok.settings["sample_rate"] == 16000
+    shift = 480  # 30 ms at 16 kHz: inside the alignment window, beyond the case's tolerance
+    late = {"audio": np.concatenate([np.zeros((1, shift), np.float32), ref], axis=1)[:, :8000]}
+    bad = evaluate(spec, CASE, CHAIN, _outputs(**late), late, store)
+    assert bad.passed is False and bad.value == pytest.approx(30.0)
+    assert "audio_lag_ms" in (bad.reason or "") and bad.settings["unit"] == "ms"
+
+
 def test_output_read_from_file(store: ReferenceStore, tmp_path: Path) -> None:
     path = tmp_path / "video.safetensors"
     save_file({"data": video(0)}, str(path))
@@ -201,3 +214,57 @@ def test_unreadable_manifest_fails_the_check(store_root: Path) -> None:
     store = ReferenceStore(store_root)
     check = evaluate(_check("ssim", ">=", 0.9), CASE, CHAIN, _outputs(**arrays), arrays, store)
     assert check.passed is False and "cannot read the reference manifest" in (check.reason or "")
+
+
+# --- dtype and value scale: never compared silently -------------------------------------------
+
+
+def test_float_frames_never_pass_against_uint8_frames(store: ReferenceStore) -> None:
+    for frames in (video(0).astype(np.float32), video(0).astype(np.float64) / 255.0):
+        arrays = {"video": frames}
+        for metric, op, threshold in (("ssim", ">=", 0.5), ("mae", "<=", 300.0)):
+            check = evaluate(
+                _check(metric, op, threshold), CASE, CHAIN, _outputs(**arrays), arrays, store
+            )
+            assert check.passed is False, (frames.dtype, metric)
+            assert f"is {frames.dtype} frames, but reference t2va/any/video is uint8" in (
+                check.reason or ""
+            )
+
+
+def test_tensor_dtype_change_fails(make_run: MakeRun, store_root: Path) -> None:
+    latents = np.linspace(-1, 1, 32, dtype=np.float32).reshape(4, 8)
+    bless(make_run("t", {"t2va": {"latents": ("tensor", latents, {})}}), store_root, reason="r")
+    store = ReferenceStore(store_root)
+    spec = CheckSpec(metric="max_abs", op="<=", threshold=1e-3, output="latents", name="m")
+    outputs = {"latents": {"kind": "tensor"}}
+    same = {"latents": latents}
+    assert evaluate(spec, CASE, CHAIN, outputs, same, store).passed is True
+    wider = {"latents": latents.astype(np.float64)}  # equal values: max_abs would be 0
+    check = evaluate(spec, CASE, CHAIN, outputs, wider, store)
+    assert check.passed is False
+    assert "is float64, but reference t2va/any/latents was blessed from a float32" in (
+        check.reason or ""
+    )
+
+
+def test_audio_dtype_rules(make_run: MakeRun, store: ReferenceStore, store_root: Path) -> None:
+    spec = CheckSpec(metric="audio_snr", op=">=", threshold=40.0, output="audio", name="snr")
+    wider = {"audio": audio().astype(np.float64)}
+    check = evaluate(spec, CASE, CHAIN, _outputs(**wider), wider, store)
+    assert check.passed is False and "was blessed from a float32" in (check.reason or "")
+    pcm16 = {"audio": (audio() * 32767).astype(np.int16)}
+    check = evaluate(spec, CASE, CHAIN, _outputs(**pcm16), pcm16, store)
+    assert check.passed is False and "is int16 PCM" in (check.reason or "")
+
+    # blessed from float64 and produced as float64: compared at the store's float32, stated
+    pcm64 = audio().astype(np.float64)
+    run = make_run("a64", {"a64": {"audio": ("audio", pcm64, {"sample_rate": 16000})}})
+    bless(run, store_root, reason="r", who="a")
+    case = Case(id="a64", kind="pipeline", source="x", target="m:f")
+    arrays = {"audio": pcm64}
+    check = evaluate(spec, case, CHAIN, _outputs(**arrays), arrays, ReferenceStore(store_root))
+    assert check.passed is True and math.isinf(check.value)
+    assert check.settings["converted"] == (
+        "float64 -> float32 (audio references are stored as float32 WAV)"
+    )

@@ -70,7 +70,12 @@ def test_lookup_prefers_platform_specific(make_run: MakeRun, store_root: Path) -
     _bless_all(make_run, store_root)
     other = make_run("r2", {"t2va": {"video": ("video", video(7), {"fps": 8})}})
     bless(
-        other, store_root, reason="MI300X conv kernels differ", who="bob", platform_class="mi300x"
+        other,
+        store_root,
+        reason="MI300X conv kernels differ",
+        who="bob",
+        platform_class="mi300x",
+        force=True,  # video(7) is far from the ``any`` reference it shadows
     )
     store = ReferenceStore(store_root)
     pinned = store.lookup("t2va", "video", platform_chain("hip", "mi300x"))

@@ -92,3 +92,32 @@ def test_fresh_process_cases_pass() -> None:
         )
         assert proc.returncode == 0, f"{case.id}: {proc.stderr[-2000:]}"
         _note_checks(case, json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+# Stages the pipeline scenarios record (tinyav.pipeline and tinyav.scenarios.pipeline).
+PIPELINE_STAGES = {
+    "CheckpointWrite",
+    "LoadStage",
+    "InputValidationStage",
+    "TextEncodingStage",
+    "LatentPreparationStage",
+    "DenoisingStage",
+    "VideoDecodingStage",
+    "AudioDecodingStage",
+    "ExportStage",
+}
+
+
+def test_latency_budgets_live_in_the_cpu_runner_profile() -> None:
+    """No case carries its own (65x loose) budget; the cpu profile budgets every pipeline case,
+    by a real case id and a stage the pipeline records, with the floor it states."""
+    from harness.platforms.profile import resolve_profile
+
+    assert all(not c.budget for c in CASES), [c.id for c in CASES if c.budget]
+    budgets = resolve_profile("cpu", ROOT / "runners").budgets
+    pipeline_ids = {c.id for c in CASES if c.kind == "pipeline"}
+    assert set(budgets) == pipeline_ids
+    for case_id, stages in budgets.items():
+        assert "DenoisingStage" in stages, case_id
+        assert set(stages) <= PIPELINE_STAGES, case_id
+        assert all(0.15 <= secs <= 2.0 for secs in stages.values()), (case_id, stages)

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from tinyav import scenarios
 from tinyav.fp8 import FN, FNUZ, cast_to_fp8, fp8_dtype_for, normalize_e4m3fn_to_e4m3fnuz
+from tinyav.scenarios import quant as quant_scenarios
 
 
 def test_scenario_on_real_checkpoint(tmp_path: Path) -> None:
-    scenarios.fp8_normalize_exact(workdir=str(tmp_path))
+    quant_scenarios.fp8_normalize_exact(workdir=str(tmp_path))
 
 
 def test_negative_zero_maps_to_zero() -> None:

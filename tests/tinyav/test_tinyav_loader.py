@@ -8,22 +8,23 @@ from pathlib import Path
 
 import pytest
 import torch
-from tinyav import badfiles, scenarios
+from tinyav import badfiles
 from tinyav.checkpoint import MARKER_SUFFIX, decode_marker, write_checkpoint
 from tinyav.errors import CheckpointError, CorruptCheckpointError, UnsupportedFormatError
 from tinyav.loader import inspect_checkpoint, load_dit, read_header
 from tinyav.quant import Fp8Linear, Int8ConvRotLinear
+from tinyav.scenarios import loader as loader_scenarios
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "int8_convrot", "fp8"])
 @pytest.mark.parametrize("variant", ["full", "pruned"])
 def test_load_exact(tmp_path: Path, fmt: str, variant: str) -> None:
     # The scenario asserts byte-exact weights/scales, frozen tensors, no marker keys, QKV order.
-    scenarios.load_exact(fmt, variant, workdir=str(tmp_path))
+    loader_scenarios.load_exact(fmt, variant, workdir=str(tmp_path))
 
 
 def test_load_exact_with_offload_and_alias(tmp_path: Path) -> None:
-    scenarios.load_exact(
+    loader_scenarios.load_exact(
         "int8_convrot", offload=True, runtime_quant="kitchen_int8", workdir=str(tmp_path)
     )
 
@@ -90,7 +91,7 @@ def test_pruned_variant_uses_table(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("defect", badfiles.DEFECTS)
 def test_rejections(tmp_path: Path, defect: str) -> None:
-    scenarios.load_rejects(defect, workdir=str(tmp_path))
+    loader_scenarios.load_rejects(defect, workdir=str(tmp_path))
 
 
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp8", "gguf_q4"])

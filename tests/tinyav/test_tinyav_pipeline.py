@@ -10,10 +10,13 @@ from typing import Any
 import av
 import numpy as np
 import pytest
-from tinyav import media, scenarios
+from tinyav import media
 from tinyav.checkpoint import write_checkpoint
 from tinyav.errors import ExportError
 from tinyav.pipeline import Pipeline, Request
+from tinyav.scenarios import pipeline as pipeline_scenarios
+
+from harness import probe
 
 STAGES = [
     "InputValidationStage",
@@ -56,7 +59,7 @@ def test_prompt_matters(int8_ckpt: Path) -> None:
 
 
 def test_probe_records_stages_fingerprints_outputs(recorder: Any, tmp_path: Path) -> None:
-    scenarios.t2va(quant="int8", steps=3, workdir=str(tmp_path))
+    pipeline_scenarios.t2va(quant="int8", steps=3, workdir=str(tmp_path))
     names = list(recorder.stages)
     assert [n for n in names if n in STAGES] == STAGES
     assert [n for n in names if n.startswith("DenoisingStage.step")] == [
@@ -70,22 +73,26 @@ def test_probe_records_stages_fingerprints_outputs(recorder: Any, tmp_path: Path
     assert recorder.outputs["video"]["shape"] == [16, 64, 64, 3]
     assert recorder.outputs["audio"]["shape"] == [32000]
     assert recorder.outputs["mp4"]["bytes"] > 0
-    assert recorder.notes["dispatch.int8_mm"] == "dequant_matmul"
-    assert recorder.notes["dispatch.residual_gate"] == "eager"
+    assert recorder.notes["dispatch.int8_mm.plan"] == "dequant_matmul"
+    assert recorder.notes["dispatch.residual_gate.plan"] == "eager"
+    assert recorder.notes["dispatch.int8_mm.ran"] == "dequant_matmul"
+    assert recorder.notes["dispatch.residual_gate.ran"] == "eager"
+    assert recorder.notes["device.ran"] == "cpu"
     assert "checkpoint" in recorder.inputs
 
 
 def test_seed_comes_from_probe(recorder: Any, tmp_path: Path) -> None:
-    scenarios.t2va(quant="bf16", steps=1, seed=999, workdir=str(tmp_path / "a"))
+    pipeline_scenarios.t2va(quant="bf16", steps=1, seed=999, workdir=str(tmp_path / "a"))
     first = recorder.fingerprints["latents.video.init"]["hash"]
-    recorder.seed = 8
-    scenarios.t2va(quant="bf16", steps=1, seed=999, workdir=str(tmp_path / "b"))
-    assert recorder.fingerprints["latents.video.init"]["hash"] != first
+    # A second attempt (each output name is recorded once per attempt), with another seed.
+    second = probe._begin(seed=8, platform="cpu", output_dir=tmp_path / "probe-out-b")
+    pipeline_scenarios.t2va(quant="bf16", steps=1, seed=999, workdir=str(tmp_path / "b"))
+    assert second.fingerprints["latents.video.init"]["hash"] != first
 
 
 @pytest.mark.parametrize("quant", ["bf16", "fp8"])
 def test_ref2va_records_reference_inputs(recorder: Any, tmp_path: Path, quant: str) -> None:
-    scenarios.ref2va(quant=quant, steps=2, workdir=str(tmp_path))
+    pipeline_scenarios.ref2va(quant=quant, steps=2, workdir=str(tmp_path))
     assert {"reference_video", "reference_audio"} <= set(recorder.inputs)
     assert (tmp_path / "reference.mp4").is_file() and (tmp_path / "reference.wav").is_file()
     assert recorder.notes["pipeline.mode"] == "ref2va"

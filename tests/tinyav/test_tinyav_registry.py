@@ -9,8 +9,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from tinyav import quant, scenarios
+from tinyav import quant
 from tinyav.errors import RegistryError
+from tinyav.scenarios import imports as import_scenarios
+from tinyav.scenarios import quant as quant_scenarios
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = ROOT / "targets" / "tinyav"
@@ -57,8 +59,8 @@ def test_no_import_cycle_whatever_is_imported_first(first: str) -> None:
 def test_cold_import_scenario_in_fresh_interpreter() -> None:
     proc = _fresh(
         """
-        from tinyav import scenarios
-        scenarios.cold_import(
+        from tinyav.scenarios.imports import cold_import
+        cold_import(
             "tinyav.quant",
             absent=["tinyav.quant.convrot_int8", "tinyav.quant.fp8_scaled", "torch"],
             access="kitchen_int8",
@@ -72,7 +74,7 @@ def test_cold_import_scenario_in_fresh_interpreter() -> None:
 
 def test_cold_import_scenario_refuses_a_warm_interpreter() -> None:
     with pytest.raises(RuntimeError, match="fresh_process"):
-        scenarios.cold_import("tinyav.quant")
+        import_scenarios.cold_import("tinyav.quant")
 
 
 @pytest.mark.parametrize(
@@ -84,7 +86,7 @@ def test_cold_import_scenario_refuses_a_warm_interpreter() -> None:
     ],
 )
 def test_lookup_and_alias(name: str, cls: str) -> None:
-    scenarios.registry_lookup(name, cls)
+    quant_scenarios.registry_lookup(name, cls)
     assert quant.get_quantization_config(name) is getattr(quant, cls)
 
 
@@ -107,7 +109,7 @@ def test_package_exports_and_dir() -> None:
 
 
 def test_custom_registration_and_errors() -> None:
-    scenarios.registry_custom()
+    quant_scenarios.registry_custom()
     assert "tinyav_test_custom" not in quant.available_backends()
     with pytest.raises(RegistryError, match="unknown quantization backend 'x'"):
         quant.canonical_name("x")

@@ -1,19 +1,28 @@
-"""Per-platform kernel path selection.
+"""Per-platform kernel path selection, and a record of the paths that really executed.
 
 Two decisions, each a pure function of the platform name (and torch capabilities), made once
-per pipeline and reported through the probe so a case can assert which path ran:
+per pipeline:
 
-- ``dispatch.int8_mm``: ``int_mm`` (CUDA ``torch._int_mm`` on rotated, per-token quantized
+- ``int8_mm``: ``int_mm`` (CUDA ``torch._int_mm`` on rotated, per-token quantized
   activations) or ``dequant_matmul`` (dequantize the weight in the compute dtype, then matmul).
-- ``dispatch.residual_gate``: ``fused_cuda`` (one ``addcmul`` kernel) or ``eager``. The fused
+- ``residual_gate``: ``fused_cuda`` (one ``addcmul`` kernel) or ``eager``. The fused
   path is CUDA-only and refuses tensors of any other platform: a ROCm/HIP build reports
   ``device.type == "cuda"`` too, which is exactly how CUDA-only fusions leak onto HIP.
+
+A plan is not what runs: :func:`int8_linear` falls back to ``dequant_matmul`` whenever the
+tensors in hand do not suit ``torch._int_mm`` (not CUDA, 16 rows or fewer, dims not multiples
+of 8). So the two facts are reported apart: :meth:`DispatchPlan.report` notes the decision
+(``dispatch.<op>.plan``), and :func:`recording` counts, at the point of execution, the path each
+call really took (``dispatch.<op>.ran``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
@@ -25,6 +34,8 @@ PLATFORMS = ("cpu", "cuda", "hip", "npu", "xpu", "mps")
 
 Int8Path = Literal["int_mm", "dequant_matmul"]
 GatePath = Literal["fused_cuda", "eager"]
+Op = Literal["int8_mm", "residual_gate"]
+OPS: tuple[Op, ...] = ("int8_mm", "residual_gate")
 
 
 def check_platform(platform: str) -> str:
@@ -65,10 +76,10 @@ class DispatchPlan:
     residual_gate: GatePath
 
     def report(self) -> None:
-        """Tell the probe which paths this plan takes."""
+        """Tell the probe which paths this plan chose (``dispatch.<op>.plan``)."""
         probe.note("dispatch.platform", self.platform)
-        probe.note("dispatch.int8_mm", self.int8_mm)
-        probe.note("dispatch.residual_gate", self.residual_gate)
+        probe.note("dispatch.int8_mm.plan", self.int8_mm)
+        probe.note("dispatch.residual_gate.plan", self.residual_gate)
 
 
 def plan(platform: str) -> DispatchPlan:
@@ -76,12 +87,58 @@ def plan(platform: str) -> DispatchPlan:
     return DispatchPlan(platform, select_int8_mm(platform), select_residual_gate(platform))
 
 
+# -- what executed -----------------------------------------------------------------------------
+
+
+@dataclass
+class Executed:
+    """How many calls of each op took each path while :func:`recording` was active."""
+
+    counts: dict[Op, Counter[str]] = field(default_factory=lambda: {op: Counter() for op in OPS})
+
+    def ran(self, op: Op) -> str:
+        """The paths ``op`` executed, sorted and comma-joined (``"none"`` if it never ran)."""
+        return ",".join(sorted(self.counts[op])) or "none"
+
+    def report(self) -> None:
+        """Tell the probe which paths executed (``dispatch.<op>.ran``)."""
+        for op in OPS:
+            probe.note(f"dispatch.{op}.ran", self.ran(op))
+
+
+_recorders: ContextVar[tuple[Executed, ...]] = ContextVar("tinyav_dispatch_recorders", default=())
+
+
+@contextmanager
+def recording() -> Iterator[Executed]:
+    """Count the path every dispatched call really takes inside the ``with`` block.
+
+    >>> with recording() as ran:                      # doctest: +SKIP
+    ...     model(x)
+    >>> ran.ran("int8_mm")                            # doctest: +SKIP
+    'dequant_matmul'
+    """
+    rec = Executed()
+    token = _recorders.set((*_recorders.get(), rec))
+    try:
+        yield rec
+    finally:
+        _recorders.reset(token)
+
+
+def _executed(op: Op, path: str) -> None:
+    for rec in _recorders.get():
+        rec.counts[op][path] += 1
+
+
 # -- residual gate ---------------------------------------------------------------------------
 
 
 def eager_residual_gate(x: torch.Tensor, gate: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """``x + gate * y`` in plain ops; correct on every platform."""
-    return x + gate * y
+    out = x + gate * y
+    _executed("residual_gate", "eager")
+    return out
 
 
 def fused_residual_gate(x: torch.Tensor, gate: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -93,7 +150,9 @@ def fused_residual_gate(x: torch.Tensor, gate: torch.Tensor, y: torch.Tensor) ->
                 f"fused residual gate is CUDA-only but {name} is a {where} tensor "
                 f"({t.device}); dispatch must choose the eager path there"
             )
-    return torch.addcmul(x, gate, y)
+    out = torch.addcmul(x, gate, y)
+    _executed("residual_gate", "fused_cuda")
+    return out
 
 
 def residual_gate_fn(
@@ -116,13 +175,15 @@ def int8_linear(
     groupsize: int,
     path: Int8Path,
 ) -> torch.Tensor:
-    """``x @ dequant(weight).T + bias`` by the chosen path.
+    """``x @ dequant(weight).T + bias`` by the chosen path, where the tensors allow it.
 
     ``weight`` int8 [out, in] (rotated when ``convrot``), ``weight_scale`` float32 [out, 1].
+    ``path="int_mm"`` falls back to ``dequant_matmul`` for tensors ``torch._int_mm`` cannot
+    take (see :func:`int_mm_applies`); the path taken is counted for :func:`recording`.
     """
     from tinyav.hadamard import rotate_grouped
 
-    if path == "int_mm" and _int_mm_ok(x, weight):
+    if path == "int_mm" and int_mm_applies(x, weight):
         # Rotating activations instead of weights: (x H)(W H)^T == x W^T since H H == I.
         xs = rotate_grouped(x, groupsize) if convrot else x
         flat = xs.reshape(-1, xs.shape[-1]).to(torch.float32)
@@ -131,15 +192,21 @@ def int8_linear(
         acc = torch._int_mm(xq, weight.t())
         y = (acc.to(torch.float32) * s_x * weight_scale.reshape(1, -1)).to(x.dtype)
         y = y.reshape(*x.shape[:-1], weight.shape[0])
+        _executed("int8_mm", "int_mm")
         return y + bias.to(x.dtype) if bias is not None else y
     w = weight.to(torch.float32) * weight_scale
     if convrot:
         w = rotate_grouped(w, groupsize)  # derotation is the same grouped matmul
-    return torch.nn.functional.linear(x, w.to(x.dtype), None if bias is None else bias.to(x.dtype))
+    out = torch.nn.functional.linear(x, w.to(x.dtype), None if bias is None else bias.to(x.dtype))
+    _executed("int8_mm", "dequant_matmul")
+    return out
 
 
-def _int_mm_ok(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    # torch._int_mm needs CUDA tensors, more than 16 rows and dims that are multiples of 8.
+def int_mm_applies(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether ``torch._int_mm`` can take activations ``x`` [..., in] and int8 ``weight``.
+
+    It needs CUDA tensors, more than 16 rows and dims that are multiples of 8.
+    """
     rows = x.numel() // x.shape[-1]
     return (
         tensor_platform(x) == "cuda"

@@ -2,9 +2,9 @@
 
 Order of work, so a bad file is rejected before any tensor data is read:
 
-1. :func:`read_header` parses the 8-byte little-endian header length and the JSON header
-   itself and checks every entry (dtype known, shape sane, byte range inside the file and
-   matching dtype x shape, no overlaps).
+1. :func:`~tinyav.header.read_header` (re-exported here) parses the 8-byte little-endian
+   header length and the JSON header itself and checks every entry (dtype known, shape sane,
+   byte range inside the file and matching dtype x shape, no overlaps).
 2. :func:`inspect_checkpoint` reads only the small ``*.comfy_quant`` marker tensors, validates
    them (JSON, ``format`` present and supported, required scales present, dtypes right) and
    checks the runtime quantization setting against them.
@@ -18,18 +18,16 @@ format when there is one); a file is never silently loaded as float weights.
 from __future__ import annotations
 
 import json
-import math
 import os
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
 from tinyav import quant
+from tinyav._probe import probe
 from tinyav.checkpoint import MARKER_SUFFIX
 from tinyav.errors import (
     CheckpointError,
@@ -38,51 +36,36 @@ from tinyav.errors import (
     QuantConfigConflictError,
     UnsupportedFormatError,
 )
+from tinyav.header import (
+    DTYPES,
+    FLOAT_DTYPES,
+    MAX_HEADER_BYTES,
+    Header,
+    TensorEntry,
+    read_bytes,
+    read_header,
+)
 from tinyav.model import DiTConfig, TinyDiT
 
-# safetensors dtype -> (torch dtype, bytes per element)
-DTYPES: dict[str, tuple[torch.dtype, int]] = {
-    "BOOL": (torch.bool, 1),
-    "U8": (torch.uint8, 1),
-    "I8": (torch.int8, 1),
-    "I16": (torch.int16, 2),
-    "I32": (torch.int32, 4),
-    "I64": (torch.int64, 8),
-    "F16": (torch.float16, 2),
-    "BF16": (torch.bfloat16, 2),
-    "F32": (torch.float32, 4),
-    "F64": (torch.float64, 8),
-    "F8_E4M3": (torch.float8_e4m3fn, 1),
-    "F8_E5M2": (torch.float8_e5m2, 1),
-}
-FLOAT_DTYPES = {"F16", "BF16", "F32", "F64"}
+__all__ = [
+    "DTYPES",
+    "FLOAT_DTYPES",
+    "MAX_HEADER_BYTES",
+    "CheckpointInfo",
+    "Header",
+    "TensorEntry",
+    "inspect_checkpoint",
+    "load_dit",
+    "quantized_modules",
+    "read_header",
+    "summary",
+]
+
 # Expected storage of each serialized format: tensor suffix -> allowed safetensors dtypes.
 _LAYOUT: dict[str, dict[str, set[str]]] = {
     "int8_tensorwise": {"weight": {"I8"}, "weight_scale": {"F32"}},
     "float8_e4m3fn": {"weight": {"F8_E4M3"}, "weight_scale": {"F32"}, "input_scale": {"F32"}},
 }
-MAX_HEADER_BYTES = 64 << 20
-
-
-@dataclass(frozen=True)
-class TensorEntry:
-    """One header entry; ``start``/``end`` are absolute file offsets."""
-
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-    start: int
-    end: int
-
-
-@dataclass(frozen=True)
-class Header:
-    """A validated safetensors header."""
-
-    path: Path
-    file_size: int
-    tensors: dict[str, TensorEntry]
-    metadata: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -101,101 +84,18 @@ class CheckpointInfo:
         """Serialized formats present (empty for an unquantized file)."""
         return {m["format"] for m in self.markers.values()}
 
+    @property
+    def format(self) -> str:
+        """The format the file itself shows, never the one anyone asked for.
 
-def read_header(path: str | os.PathLike[str]) -> Header:
-    """Parse and validate the safetensors header of ``path`` without reading tensor data."""
-    p = Path(path)
-    try:
-        size = p.stat().st_size
-        with p.open("rb") as f:
-            head = f.read(8)
-            if len(head) < 8:
-                raise CorruptCheckpointError(
-                    p, f"truncated: {size} bytes, too short for the 8-byte header length"
-                )
-            (n,) = struct.unpack("<Q", head)
-            if n > size - 8:
-                raise CorruptCheckpointError(
-                    p,
-                    f"header length {n} is larger than the file allows "
-                    f"({size - 8} bytes after the length)",
-                )
-            if n > MAX_HEADER_BYTES:
-                raise CorruptCheckpointError(
-                    p, f"header length {n} exceeds {MAX_HEADER_BYTES} bytes"
-                )
-            raw = f.read(n)
-    except OSError as e:
-        raise CheckpointError(p, f"cannot read: {e}") from e
-    try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CorruptCheckpointError(p, f"header is not valid JSON ({e})") from e
-    if not isinstance(doc, dict):
-        raise CorruptCheckpointError(
-            p, f"header is a JSON {type(doc).__name__}, expected an object"
-        )
-    data_start = 8 + n
-    data_len = size - data_start
-    metadata = doc.pop("__metadata__", None) or {}
-    if not isinstance(metadata, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
-    ):
-        raise CorruptCheckpointError(p, "__metadata__ must map strings to strings")
-    entries = {name: _entry(p, name, spec, data_start, data_len) for name, spec in doc.items()}
-    last_end, last_name = data_start, None
-    for ent in sorted(entries.values(), key=lambda x: (x.start, x.end)):
-        if ent.start < last_end:
-            raise CorruptCheckpointError(
-                p, f"byte range overlaps tensor {last_name!r}", layer=ent.name
-            )
-        last_end, last_name = ent.end, ent.name
-    return Header(p, size, entries, dict(metadata))
-
-
-def _entry(p: Path, name: str, spec: Any, data_start: int, data_len: int) -> TensorEntry:
-    if not isinstance(spec, dict) or set(spec) != {"dtype", "shape", "data_offsets"}:
-        raise CorruptCheckpointError(
-            p, "entry must have exactly dtype, shape, data_offsets", layer=name
-        )
-    dtype, shape, offsets = spec["dtype"], spec["shape"], spec["data_offsets"]
-    if dtype not in DTYPES:
-        raise CorruptCheckpointError(p, f"unknown dtype {dtype!r}", layer=name)
-    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-        raise CorruptCheckpointError(
-            p, f"shape {shape!r} is not a list of non-negative ints", layer=name
-        )
-    if (
-        not isinstance(offsets, list)
-        or len(offsets) != 2
-        or not all(isinstance(o, int) for o in offsets)
-        or not 0 <= offsets[0] <= offsets[1]
-    ):
-        raise CorruptCheckpointError(
-            p, f"data_offsets {offsets!r} are not [begin, end]", layer=name
-        )
-    begin, end = offsets
-    if end > data_len:
-        raise CorruptCheckpointError(
-            p,
-            f"truncated: tensor bytes [{begin}, {end}) exceed the {data_len}-byte data section",
-            layer=name,
-        )
-    expected = math.prod(shape) * DTYPES[dtype][1]
-    if end - begin != expected:
-        raise CorruptCheckpointError(
-            p,
-            f"dtype {dtype} x shape {shape} needs {expected} bytes but the byte range holds "
-            f"{end - begin}",
-            layer=name,
-        )
-    return TensorEntry(name, dtype, tuple(shape), data_start + begin, data_start + end)
-
-
-def _read_bytes(header: Header, entry: TensorEntry) -> bytes:
-    with header.path.open("rb") as f:
-        f.seek(entry.start)
-        return f.read(entry.end - entry.start)
+        The serialized ``comfy_quant`` formats of its layers (``int8_tensorwise``,
+        ``float8_e4m3fn``; comma-joined if mixed), or for a file without markers the storage
+        dtypes of its weights (``bf16``).
+        """
+        if self.markers:
+            return ",".join(sorted(self.formats))
+        weights = {e.dtype for n, e in self.header.tensors.items() if n.endswith(".weight")}
+        return ",".join(sorted(d.lower() for d in weights)) or "none"
 
 
 def _parse_marker(header: Header, entry: TensorEntry) -> dict[str, Any]:
@@ -207,7 +107,7 @@ def _parse_marker(header: Header, entry: TensorEntry) -> dict[str, Any]:
             layer=layer,
         )
     try:
-        marker = json.loads(_read_bytes(header, entry).decode("utf-8"))
+        marker = json.loads(read_bytes(header, entry).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CorruptCheckpointError(
             header.path, f"comfy_quant marker is not valid JSON ({e})", layer=layer
@@ -355,7 +255,8 @@ def load_dit(
 
     Float tensors are cast to ``dtype``; quantized weights and their float32 scales are kept
     exactly as stored. With ``offload=True`` all tensors stay on CPU (layerwise offload moves
-    each block to ``device`` for its forward only).
+    each block to ``device`` for its forward only). Notes ``checkpoint.format``, the format
+    detected from the file's markers and dtypes (:attr:`CheckpointInfo.format`).
     """
     info = inspect_checkpoint(path, quantization)
     p = info.header.path
@@ -410,6 +311,7 @@ def load_dit(
     elif torch.device(device).type != "cpu":
         _install_offload(model, torch.device(device))
     model.offload = offload  # type: ignore[assignment]
+    probe.note("checkpoint.format", info.format)
     return model
 
 
@@ -422,6 +324,7 @@ def summary(info: CheckpointInfo) -> Mapping[str, Any]:
     """A JSON-ready digest of a checkpoint's header (for probe notes and reports)."""
     return {
         "variant": info.variant,
+        "format": info.format,
         "formats": sorted(info.formats),
         "quantized_layers": len(info.markers),
         "tensors": len(info.header.tensors),

@@ -208,11 +208,18 @@ class Pipeline:
         return video, audio
 
     def __call__(self, req: Request, out_path: str | os.PathLike[str] | None = None) -> Result:
-        """Run every stage; writes the MP4 to ``out_path`` when given."""
+        """Run every stage; writes the MP4 to ``out_path`` when given.
+
+        Besides stages and fingerprints it notes what it decided and what executed:
+        ``pipeline.mode`` (``ref2va`` when reference media were decoded and fed to the DiT,
+        else ``t2va``), ``device.ran`` (the platform of the latents the DiT computed on),
+        ``dispatch.<op>.plan`` and ``dispatch.<op>.ran`` (see :mod:`tinyav.dispatch`).
+        """
         self.plan.report()
         with probe.stage("InputValidationStage"):
             self._validate(req)
             refs = self._references(req)
+        probe.note("pipeline.mode", "t2va" if refs is None else "ref2va")
         with probe.stage("TextEncodingStage"):
             context = self._encode_text(req)
         probe.fingerprint("text.context", context)
@@ -220,8 +227,10 @@ class Pipeline:
             video, audio = self._noise(req)
         probe.fingerprint("latents.video.init", video)
         probe.fingerprint("latents.audio.init", audio)
-        with probe.stage("DenoisingStage"):
+        with probe.stage("DenoisingStage"), dispatch.recording() as executed:
             video, audio = self._denoise(req, video, audio, context, refs)
+        executed.report()
+        probe.note("device.ran", dispatch.tensor_platform(video))
         with probe.stage("VideoDecodingStage"), torch.no_grad():
             frames = self.companions.video_decoder(video.to(torch.float32).cpu())[0].numpy()
         probe.fingerprint("video.frames", frames)
