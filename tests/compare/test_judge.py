@@ -337,13 +337,12 @@ def test_an_unconfirmed_regression_is_suspect() -> None:
 # --- saved runs -----------------------------------------------------------------------------
 
 
-ENV = {
-    "python": {"version": "3.11.7"},
-    "torch": {"version": "2.4"},
-    "numpy": "1.26",
-    "hostname": "box",
-    "git": {"sha": "a"},
-}
+@pytest.fixture(scope="module")
+def env() -> dict[str, Any]:
+    """This machine's real environment record (what report.json's schema requires)."""
+    from harness.worker.envinfo import collect_env
+
+    return collect_env(None)
 
 
 def saved(tmp: Path, name: str, env: dict[str, Any], secs: list[float]) -> Path:
@@ -353,12 +352,19 @@ def saved(tmp: Path, name: str, env: dict[str, Any], secs: list[float]) -> Path:
     return tmp / name
 
 
-def test_saved_runs_from_different_environments_are_not_comparable(tmp_path: Path) -> None:
-    a = saved(tmp_path, "a", ENV, [1.0, 1.0, 1.0])
+def test_saved_runs_from_different_environments_are_not_comparable(
+    tmp_path: Path, env: dict[str, Any]
+) -> None:
+    a = saved(tmp_path, "a", env, [1.0, 1.0, 1.0])
     b = saved(
         tmp_path,
         "b",
-        {**ENV, "numpy": "2.0", "hostname": "other", "git": {"sha": "b"}},
+        {
+            **env,
+            "numpy": "2.0",
+            "hostname": "other",
+            "git": {"sha": "b", "dirty": False, "tree_hash": "t"},
+        },
         [1.0, 1.0, 1.0],
     )
     req = CompareRequest(out_root=tmp_path / "out", comparison_id="x", noise_dir=None)
@@ -377,9 +383,14 @@ def test_saved_runs_from_different_environments_are_not_comparable(tmp_path: Pat
     assert allowed.cases[0].verdict != "not_comparable" and allowed.same_runner is False
 
 
-def test_saved_runs_on_one_environment_are_judged(tmp_path: Path) -> None:
-    a = saved(tmp_path, "a", ENV, [1.0, 1.01, 0.99])
-    b = saved(tmp_path, "b", {**ENV, "git": {"sha": "b"}}, [1.3, 1.31, 1.29])
+def test_saved_runs_on_one_environment_are_judged(tmp_path: Path, env: dict[str, Any]) -> None:
+    a = saved(tmp_path, "a", env, [1.0, 1.01, 0.99])
+    b = saved(
+        tmp_path,
+        "b",
+        {**env, "git": {"sha": "b", "dirty": False, "tree_hash": "t"}},
+        [1.3, 1.31, 1.29],
+    )
     cmp = compare_reports(
         a, b, request=CompareRequest(out_root=tmp_path / "out", comparison_id="x", noise_dir=None)
     )
