@@ -113,3 +113,18 @@ def comparison_markdown(comparison: Comparison) -> str:
     for e in comparison.infra_errors:
         lines.append(f"\n⚠️ harness error: {_cell(e)}")
     return "\n".join(lines) + "\n"
+
+
+def explain_case_comparison(c: CaseComparison) -> str:
+    """Plain text for one case's comparison (a pytest failure, a CI log): verdict, the three
+    findings and where base and head first diverged."""
+    lines = [f"{c.name}: {c.verdict}" + (f" - {c.reason}" if c.reason else "")]
+    f = c.failures
+    lines.append(
+        f"failures: {f.verdict} (base {f.base_passed} passed / {f.base_failed} failed, "
+        f"head {f.head_passed} passed / {f.head_failed} failed)"
+    )
+    lines.append(f"latency: {_latency_line(c)}")
+    lines.append(f"quality: {_quality_line(c)}")
+    lines.append(f"first divergence: {_divergence(c).replace('`', '')}")
+    return "\n".join(lines)

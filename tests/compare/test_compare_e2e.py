@@ -453,3 +453,52 @@ def test_an_interrupted_comparison_still_writes_what_finished_and_exits_3(scratc
     assert case(doc)["verdict"]
     assert "interrupted" not in git(scratch["repo"], "worktree", "list")  # checkouts removed
     assert len(git(scratch["repo"], "worktree", "list").splitlines()) == 1
+
+
+def test_pytest_harness_base_turns_verdicts_into_item_outcomes(scratch: Any) -> None:
+    # CI keeps `pytest harness/` as its entry: with --harness-base, each item's outcome is its
+    # case's verdict. (g) passes every absolute threshold but regresses against base: FAILED;
+    # the shared failure is pre-existing on both sides: passes.
+    import harness
+
+    pkg = str(Path(harness.__file__).resolve().parent)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            pkg,
+            f"--rootdir={scratch['repo']}",
+            "-p",
+            "no:cacheprovider",
+            "--harness-base",
+            "base",
+            "--harness-head",
+            "adaln-swap",
+            "--harness-cases",
+            str(scratch["work"] / "cases"),
+            "--harness-references",
+            str(REPO / "references"),
+            "--harness-runner",
+            str(REPO / "runners" / "cpu.toml"),
+            "--harness-out",
+            str(scratch["runs"] / "pytest"),
+            "-k",
+            "(t2va-int8 and not pruned) or bad-steps",
+            "-rA",
+        ],
+        cwd=scratch["repo"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    out = proc.stdout
+    assert proc.returncode == 1, out[-3000:] + proc.stderr[-3000:]
+    assert re.search(r"FAILED .*pipeline/t2va-int8\[cpu\]", out), out[-3000:]
+    assert re.search(r"PASSED .*pipeline/t2va-bad-steps\[cpu\]", out), out[-3000:]
+    assert "pipeline/t2va-int8[cpu]: regression" in out
+    assert "psnr(video) regression" in out and "first divergence: stage at denoise.step00" in out
+    assert "harness comparison:" in out
+    (comparison,) = (scratch["runs"] / "pytest").glob("*/comparison.json")
+    validate_comparison(json.loads(comparison.read_text()))

@@ -20,12 +20,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from harness.pytest_plugin.compare import COMPARE_KEY, ComparisonItem
+from harness.pytest_plugin.options import _opt_path, _root
+
 if TYPE_CHECKING:
     from harness.cases.plan import PlanItem
     from harness.execution.run import Runner
     from harness.model import CaseResult
 
-_PKG_DIR = Path(__file__).resolve().parent
+_PKG_DIR = Path(__file__).resolve().parent.parent  # the harness package folder
 _STATE_KEY = pytest.StashKey["_BatchState"]()
 
 
@@ -82,6 +85,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="reference store, read-only (default: references/)",
     )
     group.addoption(
+        "--harness-base",
+        metavar="REV",
+        default=None,
+        help="compare this revision (base) with --harness-head on this runner, interleaved: "
+        "one item per case whose outcome is the comparison's verdict",
+    )
+    group.addoption(
+        "--harness-head",
+        metavar="REV",
+        default="HEAD",
+        help="the head revision of a --harness-base comparison (default: HEAD)",
+    )
+    group.addoption(
+        "--harness-strict",
+        action="store_true",
+        default=False,
+        help="with --harness-base: inconclusive, suspect, flaky and missing fail too",
+    )
+    group.addoption(
         "--harness-real-only",
         action="store_true",
         default=False,
@@ -107,16 +129,6 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(_XdistBatches(), "harness-xdist-batches")
 
 
-def _root(config: pytest.Config) -> Path:
-    return Path(config.rootpath)
-
-
-def _opt_path(config: pytest.Config, name: str, default: str) -> Path:
-    value = config.getoption(name)
-    p = Path(value) if value else _root(config) / default
-    return p if p.is_absolute() else Path.cwd() / p
-
-
 class CaseSuite(pytest.Directory):
     """The harness package folder, collected as the project's case suite."""
 
@@ -133,8 +145,11 @@ class CaseSuite(pytest.Directory):
             )
         profile = resolve_profile(config.getoption("harness_runner"), _root(config) / "runners")
         platforms = config.getoption("harness_platform") or [profile.platform]
+        item_class: type[pytest.Item] = CaseItem
+        if config.getoption("harness_base"):
+            item_class = ComparisonItem
         for plan_item in build_plan(suite.cases, platforms):
-            yield CaseItem.from_parent(self, name=plan_item.name, plan_item=plan_item)
+            yield item_class.from_parent(self, name=plan_item.name, plan_item=plan_item)
 
 
 class CaseFailed(Exception):
@@ -316,6 +331,9 @@ def _state(config: pytest.Config) -> _BatchState:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    compare_state = session.config.stash.get(COMPARE_KEY, None)
+    if compare_state is not None and compare_state.out_dir is not None:
+        session.config.stash[_RUN_DIR_KEY] = compare_state.out_dir
     state = session.config.stash.get(_STATE_KEY, None)
     if state is not None:
         if exitstatus == pytest.ExitCode.INTERRUPTED and state.runner is not None:
@@ -341,6 +359,14 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             f"SIMULATED (passed on a platform this machine does not have, not a real pass): "
             f"{', '.join(state.simulated)}"
         )
+    compare_state = config.stash.get(COMPARE_KEY, None)
+    if compare_state is not None and compare_state.comparison is not None:
+        counts = {k: v for k, v in compare_state.comparison.counts().items() if v}
+        terminalreporter.write_line(
+            "harness comparison: " + ", ".join(f"{v} {k}" for k, v in counts.items())
+        )
+        terminalreporter.write_line(f"comparison: {run_dir / 'comparison.json'}")
+        return
     terminalreporter.write_line(f"harness report: {run_dir / 'report.json'}")
 
 
