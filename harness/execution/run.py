@@ -155,8 +155,10 @@ class Runner:
                     f"{unit.item.name}: retry declined ({a.error.message if a.error else ''})"
                 )
                 return
+            # In a comparison every line says which side and round it is about.
+            side = f"{unit.side} r{unit.round} " if len(self.executor.sides) > 1 else ""
             self._say(
-                f"{unit.item.name} #{a.index}{' warmup' if a.warmup else ''}"
+                f"{side}{unit.item.name} #{a.index}{' warmup' if a.warmup else ''}"
                 f"{f' retry {a.retry}' if a.retry else ''}: {a.status} ({a.duration_s:.2f} s)"
             )
 

@@ -27,14 +27,21 @@ from harness.model.vocab import (
 SCHEMA_VERSION = 2
 
 
-def error_signature(exc_type: str, message: str) -> str:
-    """A short stable id for "the same failure": numbers, addresses and paths are blanked."""
+def error_signature(exc_type: str, message: str, where: str = "") -> str:
+    """A short stable id for "the same failure": the exception type, its first message line
+    with numbers, addresses and paths blanked, and ``where`` it was raised (the innermost frame
+    in the code under test, ``module:function``; line numbers left out, so an unrelated edit
+    above it does not change the signature).
+
+    >>> error_signature("ValueError", "bad shape 3", "tinyav.model:forward")[:31]
+    'ValueError@tinyav.model:forward'
+    """
     first = message.strip().splitlines()[0] if message.strip() else ""
     norm = re.sub(r"0x[0-9a-fA-F]+", "0x?", first)
     norm = re.sub(r"(/[^\s:'\"]+)+", "<path>", norm)
     norm = re.sub(r"\d+(\.\d+)?", "N", norm)
-    digest = hashlib.sha256(f"{exc_type}:{norm}".encode()).hexdigest()[:12]
-    return f"{exc_type}:{digest}"
+    digest = hashlib.sha256(f"{exc_type}:{norm}:{where}".encode()).hexdigest()[:12]
+    return f"{exc_type}@{where}:{digest}" if where else f"{exc_type}:{digest}"
 
 
 @dataclass(frozen=True)
@@ -59,9 +66,9 @@ class ErrorInfo:
         return cls(d["type"], d["message"], d["signature"], d.get("traceback", ""))
 
     @classmethod
-    def make(cls, exc_type: str, message: str, tb: str = "") -> ErrorInfo:
-        """An error with its signature computed from the type and the message."""
-        return cls(exc_type, message, error_signature(exc_type, message), tb)
+    def make(cls, exc_type: str, message: str, tb: str = "", where: str = "") -> ErrorInfo:
+        """An error with its signature computed from the type, the message and where."""
+        return cls(exc_type, message, error_signature(exc_type, message, where), tb)
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,28 @@ def _seed_on_import(name: str, then: Callable[[Any], Any]) -> None:
     sys.meta_path.insert(0, _SeedOnImport(name, then))
 
 
+_HARNESS_DIR = str(Path(__file__).resolve().parent.parent)
+
+
+def innermost_frame(exc: BaseException) -> str:
+    """``module:function`` of the innermost frame of ``exc`` outside the harness and the
+    standard library: where the code under test raised (empty when no such frame)."""
+    stdlib = os.path.dirname(os.__file__)
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        path = os.path.abspath(frame.filename)
+        if path.startswith(_HARNESS_DIR) or (
+            path.startswith(stdlib) and "site-packages" not in path
+        ):
+            continue
+        files = {name: getattr(mod, "__file__", None) for name, mod in list(sys.modules.items())}
+        module = next(
+            (name for name, f in files.items() if f and os.path.abspath(f) == path),
+            Path(path).stem,
+        )
+        return f"{module}:{frame.name}"
+    return ""
+
+
 def resolve_target(spec: str) -> Any:
     module_name, _, func_name = spec.partition(":")
     module = importlib.import_module(module_name)
@@ -142,14 +164,19 @@ def run_attempt(job: AttemptJob) -> Attempt:
     except AssertionError as exc:
         status = "failed"
         error = ErrorInfo.make(
-            "AssertionError", str(exc) or "assertion failed", traceback.format_exc()
+            "AssertionError",
+            str(exc) or "assertion failed",
+            traceback.format_exc(),
+            innermost_frame(exc),
         )
     except subprocess.TimeoutExpired as exc:
         status = "timeout"
         error = ErrorInfo.make("Timeout", f"command timed out: {exc}", traceback.format_exc())
     except Exception as exc:
         status = "error"
-        error = ErrorInfo.make(type(exc).__name__, str(exc), traceback.format_exc())
+        error = ErrorInfo.make(
+            type(exc).__name__, str(exc), traceback.format_exc(), innermost_frame(exc)
+        )
     finally:
         duration = time.perf_counter() - t0
         probe._end()

@@ -575,3 +575,39 @@ def test_a_harness_bug_in_one_item_never_loses_the_run(
     assert second.attempts and second.attempts[0].status == "passed"  # the work is kept
     assert not report.complete and exit_code(report) == 3
     validate_report(json.loads((runner.run_dir / "report.json").read_text()))
+
+
+def test_error_signature_names_the_innermost_frame_in_the_code_under_test(project: Path) -> None:
+    (project / "code" / "deep.py").write_text(
+        "def inner(n):\n"
+        "    raise ValueError(f'bad shape {n}')\n"
+        "def outer_a():\n"
+        "    inner(3)\n"
+        "def outer_b():\n"
+        "    inner(4)\n"
+        "def elsewhere():\n"
+        "    raise ValueError('bad shape 5')\n"
+    )
+    write_cases(
+        project,
+        "deep.toml",
+        """
+        [[case]]
+        id = "a"
+        kind = "loader"
+        target = "deep:outer_a"
+        [[case]]
+        id = "b"
+        kind = "loader"
+        target = "deep:outer_b"
+        [[case]]
+        id = "c"
+        kind = "loader"
+        target = "deep:elsewhere"
+    """,
+    )
+    report, _ = run_suite(project, retries=0)
+    sig = {c.id: c.attempts[0].error.signature for c in report.cases}
+    assert sig["a"].startswith("ValueError@deep:inner:")
+    assert sig["a"] == sig["b"]  # same failure, other numbers in the message, same place
+    assert sig["c"].startswith("ValueError@deep:elsewhere:") and sig["c"] != sig["a"]
