@@ -339,3 +339,55 @@ def test_report_refuses_bad_input_and_never_rewrites_its_input(project: Path) ->
     assert proc.returncode == 0, proc.stderr
     assert (run / "report.json").read_bytes() == good
     assert "loader/c[cpu]" in (run / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("run_id", ["latest", "LATEST", "../x", "a/b", ".hidden"])
+def test_run_ids_that_would_escape_or_shadow_latest_are_usage_errors(
+    project: Path, run_id: str
+) -> None:
+    write_cases(project, "ok.toml", 'id = "ok"\nkind = "loader"\ntarget = "tmod:ok"\n')
+    proc = harness(project, "run", "--code-root", "code", "--run-id", run_id, "-q")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "--run-id" in proc.stderr, proc.stderr
+    assert not (project / "x").exists()
+    reports = project / "reports"
+    assert not reports.exists() or not any(
+        p.is_dir() and not p.is_symlink() for p in reports.iterdir()
+    )
+
+
+def test_case_level_failures_say_why_in_the_reason(project: Path) -> None:
+    # identical_outputs and latency budgets fail on the case, not on an attempt: the case's
+    # reason must still say what failed (it was empty).
+    (project / "code" / "varies.py").write_text(
+        "import time\n"
+        "import numpy as np\n"
+        "from harness import probe\n"
+        "def varies():\n"
+        "    with probe.stage('work'):\n"
+        "        time.sleep(0.05)\n"
+        "    probe.output('t', np.array([time.time()]), kind='tensor')\n"
+    )
+    write_cases(
+        project,
+        "varies.toml",
+        """
+        [[case]]
+        id = "varies"
+        kind = "loader"
+        target = "varies:varies"
+        repeats = 2
+        budget = { work = 0.001 }
+        [[case.checks]]
+        metric = "identical_outputs"
+        op = "=="
+        threshold = true
+    """,
+    )
+    proc = harness(project, "run", "--code-root", "code", "--run-id", "v", "-q")
+    assert proc.returncode == 1, proc.stderr
+    doc = json.loads((project / "reports" / "v" / "report.json").read_text())
+    (case,) = doc["cases"]
+    assert case["status"] == "failed"
+    assert "identical_outputs" in case["reason"] and "budget(work)" in case["reason"], case
+    assert "outputs differ between attempts: t" in case["reason"]
