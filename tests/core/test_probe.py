@@ -313,3 +313,18 @@ def test_nonfinite_files_fail_a_real_run_naming_the_output(project: Path) -> Non
     assert outs["a b"]["path"] != outs["a_b"]["path"]
     assert read_array(run_dir / outs["a b"]["path"]).tolist() == [1.0]
     assert read_array(run_dir / outs["a_b"]["path"]).tolist() == [2.0]
+
+
+def test_a_bf16_safetensors_input_hashes_its_tensors_not_its_bytes(tmp_path: Path) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    t = {"w": torch.arange(6, dtype=torch.float32).reshape(2, 3).to(torch.bfloat16)}
+    a, b = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
+    save_file(t, str(a), metadata={"note": "one"})
+    save_file(t, str(b), metadata={"note": "another header, same tensors"})
+    assert a.read_bytes() != b.read_bytes()
+    assert probe.hash_input(a) == probe.hash_input(b)
+    t["w"][0, 0] = 1.0
+    save_file(t, str(b))
+    assert probe.hash_input(a) != probe.hash_input(b)

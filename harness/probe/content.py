@@ -1,0 +1,227 @@
+"""Content of what a target hands the probe: hashes of decoded content, fingerprints, and
+NaN/Inf counts of output files. Import-light like the probe: numpy, torch, safetensors and PyAV
+are imported inside the functions that need them (torch only if the target already did).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.fsio import read_tensors
+
+_AUDIO_SUFFIXES = frozenset({".wav", ".flac", ".mp3", ".m4a", ".aac", ".ogg"})
+_IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg"})
+_MEDIA_SUFFIXES = _AUDIO_SUFFIXES | _IMAGE_SUFFIXES | {".mp4", ".mkv", ".mov", ".webm", ".avi"}
+# Every file kind whose content the probe decodes (and so can count NaN/Inf in).
+_DECODABLE = frozenset({*_MEDIA_SUFFIXES, ".safetensors", ".npy", ".npz"})
+
+
+def _hasher() -> Any:
+    try:
+        import blake3
+
+        return blake3.blake3()
+    except ImportError:  # pragma: no cover - blake3 is a declared dependency
+        return hashlib.sha256()
+
+
+def _hash_prefix() -> str:
+    try:
+        import blake3  # noqa: F401
+
+        return "blake3:"
+    except ImportError:  # pragma: no cover
+        return "sha256:"
+
+
+def _torch_tensor(x: Any) -> Any:
+    """``x`` if it is a torch tensor (torch already imported by the target), else None."""
+    torch = sys.modules.get("torch")
+    return x if torch is not None and isinstance(x, torch.Tensor) else None
+
+
+def _as_numpy(x: Any) -> Any:
+    """A numpy view of a tensor or array; torch dtypes numpy lacks are widened to float32."""
+    import numpy as np
+
+    t = _torch_tensor(x)
+    if t is not None:
+        torch = sys.modules["torch"]
+        t = t.detach().cpu()
+        if t.dtype in (torch.bfloat16, torch.float16) or "float8" in str(t.dtype):
+            t = t.to(torch.float32)
+        return t.contiguous().numpy()
+    return np.asarray(x)
+
+
+def _raw_bytes(x: Any) -> tuple[Any, str, tuple[int, ...]]:
+    """A zero-copy uint8 view of a tensor's or array's bytes (bf16/fp8 kept bit-exact), its
+    dtype name and shape."""
+    import numpy as np
+
+    t = _torch_tensor(x)
+    if t is not None:
+        t = t.detach().cpu().contiguous()
+        raw = t.reshape(-1).view(sys.modules["torch"].uint8).numpy()
+        return raw, str(t.dtype).removeprefix("torch."), tuple(t.shape)
+    a = np.ascontiguousarray(np.asarray(x))
+    return a.reshape(-1).view(np.uint8), str(a.dtype), tuple(a.shape)
+
+
+def _where(x: Any) -> dict[str, str]:
+    """Where a tensor lived (``cpu``, ``cuda:0``, ``npu:0``...) and whose array it is; a numpy
+    array (or anything else made into one) is ``cpu``."""
+    t = _torch_tensor(x)
+    if t is not None:
+        return {"device": str(t.device), "framework": "torch"}
+    return {"device": "cpu", "framework": "numpy"}
+
+
+def content_hash(x: Any) -> str:
+    """Hash of a tensor's or array's content, dtype and shape (not of any file it came from)."""
+    raw, dtype, shape = _raw_bytes(x)
+    h = _hasher()
+    h.update(f"{dtype}{list(shape)}".encode())
+    h.update(memoryview(raw))
+    return _hash_prefix() + h.hexdigest()
+
+
+def _nonfinite(a: Any) -> int:
+    """How many NaN/Inf values a numpy array holds (0 for integer and other kinds)."""
+    import numpy as np
+
+    if a.dtype.kind not in "fc" or not a.size:
+        return 0
+    return int(a.size - np.count_nonzero(np.isfinite(a)))
+
+
+def _describe(x: Any) -> tuple[dict[str, Any], Any]:
+    """The fingerprint of ``x`` and the numpy array it was computed on (for reuse)."""
+    import numpy as np
+
+    a = _as_numpy(x)
+    nonfinite = _nonfinite(a)
+    lo = hi = mean = None
+    if a.size and a.dtype.kind in "biuf":
+        vals = a[np.isfinite(a)] if nonfinite else a
+        if vals.size:
+            lo, hi = float(vals.min()), float(vals.max())
+            mean = float(vals.mean(dtype=np.float64))
+    _, dtype, shape = _raw_bytes(x)
+    info = {
+        "hash": content_hash(x),
+        "dtype": dtype,
+        "shape": list(shape),
+        "nonfinite": nonfinite,
+        "min": lo,
+        "max": hi,
+        "mean": mean,
+        **_where(x),
+    }
+    return info, a
+
+
+def describe(x: Any) -> dict[str, Any]:
+    """Fingerprint of a tensor or array: hash, dtype, shape, non-finite count, min, max, mean,
+    and where it lived (``device``, ``framework``)."""
+    return _describe(x)[0]
+
+
+def _decode_media(path: Path) -> list[Any]:
+    """Decoded RGB frames and/or PCM of a media file (whichever streams it has)."""
+    from harness import media
+    from harness.errors import MediaError
+
+    parts: list[Any] = []
+    if path.suffix.lower() not in _AUDIO_SUFFIXES:
+        parts.append(media.decode_video(path).frames)
+    if path.suffix.lower() not in _IMAGE_SUFFIXES:
+        try:
+            parts.append(media.decode_audio(path).pcm)
+        except MediaError:
+            if not parts:
+                raise
+    return parts
+
+
+def _is_pathlike(x: Any) -> bool:
+    # A Path is always a file; a str is one only if such a file exists (else it is text data).
+    return isinstance(x, os.PathLike) or (isinstance(x, str) and os.path.isfile(x))
+
+
+def _file_hash(path: Path) -> str:
+    h = _hasher()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return _hash_prefix() + h.hexdigest()
+
+
+def hash_input(data: Any) -> str:
+    """Hash of the decoded content of an input: pixels and samples, tensors, or bytes.
+
+    Media files are decoded (two encodes of the same frames hash alike only if they decode
+    alike, which is what matters); safetensors files hash their tensors by name.
+    """
+    if isinstance(data, bytes | bytearray):
+        h = _hasher()
+        h.update(bytes(data))
+        return _hash_prefix() + h.hexdigest()
+    if _is_pathlike(data):
+        path = Path(data)
+        suffix = path.suffix.lower()
+        if suffix in _MEDIA_SUFFIXES:
+            h = _hasher()
+            for part in _decode_media(path):
+                h.update(content_hash(part).encode())
+            return _hash_prefix() + h.hexdigest()
+        if suffix == ".safetensors":
+            # Tensors by name, not file bytes: bf16/fp8 are read bit-exactly and widened (a
+            # header or metadata rewrite that changes no tensor changes no input hash).
+            try:
+                tensors = read_tensors(path)
+            except ValueError:  # not a safetensors file after all: its exact bytes
+                return _file_hash(path)
+            h = _hasher()
+            for key in sorted(tensors):
+                h.update(key.encode())
+                h.update(content_hash(tensors[key]).encode())
+            return _hash_prefix() + h.hexdigest()
+        return _file_hash(path)
+    if isinstance(data, str):
+        return hash_input(data.encode())
+    return content_hash(data)
+
+
+def _file_nonfinite(path: Path) -> tuple[int | None, str | None]:
+    """NaN/Inf count of a file's decoded content, or ``(None, why)`` when it cannot be decoded.
+
+    Media (audio PCM, video and image pixels), every tensor of a ``.safetensors`` file (bf16 and
+    fp8 included), ``.npy`` and every array of an ``.npz`` (never unpickled).
+    """
+    suffix = path.suffix.lower()
+    try:
+        if suffix in _MEDIA_SUFFIXES:
+            parts = _decode_media(path)
+        elif suffix == ".safetensors":
+            parts = list(read_tensors(path).values())
+        elif suffix in (".npy", ".npz"):
+            import numpy as np
+
+            loaded = np.load(path, allow_pickle=False)
+            if isinstance(loaded, np.ndarray):
+                parts = [loaded]
+            else:
+                with loaded:
+                    parts = [loaded[k] for k in loaded.files]
+        else:
+            known = ", ".join(sorted(_DECODABLE))
+            return None, f"{path.name}: the harness has no decoder for '{suffix}' files ({known})"
+    except Exception as exc:  # a broken file is this output's problem, recorded, never a pass
+        msg = str(exc)
+        return None, msg if str(path) in msg else f"{path}: {type(exc).__name__}: {msg}"
+    return sum(_nonfinite(part) for part in parts), None
