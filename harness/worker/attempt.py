@@ -137,6 +137,16 @@ def _run_command(case: Case, result_file: Path, timeout_s: float) -> None:
             probe.note(k, v)
 
 
+def _base_message(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return (
+            f"the target called sys.exit({exc.code!r}) (raised SystemExit); it ends this "
+            "attempt, not the worker"
+        )
+    detail = f": {exc}" if str(exc) else ""
+    return f"the target raised {type(exc).__name__}{detail}"
+
+
 def run_attempt(job: AttemptJob) -> Attempt:
     """Execute one attempt described by ``job`` and record it, whatever the target does."""
     case = job.case
@@ -147,6 +157,7 @@ def run_attempt(job: AttemptJob) -> Attempt:
     rec = probe._begin(seed, platform, output_dir)
     status = "passed"
     error: ErrorInfo | None = None
+    pid = os.getpid()
     t0 = time.perf_counter()
     try:
         if case.command is not None:
@@ -160,7 +171,13 @@ def run_attempt(job: AttemptJob) -> Attempt:
             # base and head imported their own checkouts, not one installed copy.
             module = sys.modules.get(getattr(fn, "__module__", "") or "")
             probe.note("harness.target_file", str(getattr(module, "__file__", None)))
-            fn(**dict(case.params))
+            try:
+                fn(**dict(case.params))
+            finally:
+                if os.getpid() != pid:
+                    # A child the target forked returned from it: it is not the worker, so it
+                    # must not record, check or answer anything. Leave at once.
+                    os._exit(0)
     except AssertionError as exc:
         status = "failed"
         error = ErrorInfo.make(
@@ -176,6 +193,11 @@ def run_attempt(job: AttemptJob) -> Attempt:
         status = "error"
         error = ErrorInfo.make(
             type(exc).__name__, str(exc), traceback.format_exc(), innermost_frame(exc)
+        )
+    except BaseException as exc:  # sys.exit(), KeyboardInterrupt, pytest.skip() in a target
+        status = "error"
+        error = ErrorInfo.make(
+            type(exc).__name__, _base_message(exc), traceback.format_exc(), innermost_frame(exc)
         )
     finally:
         duration = time.perf_counter() - t0

@@ -4,58 +4,355 @@
 restores it after; what it cannot restore, it reports, and :meth:`Guard.apply` turns that into
 a failure of the attempt that caused it (and asks the manager to replace the worker), so no
 case can change the result of the case after it.
+
+Restored (read cheaply before, put back only where it changed): ``os.environ``, the working
+directory, umask, locale, ``sys.path`` / ``meta_path`` / ``path_hooks``, ``sys.modules``
+entries that the attempt replaced or removed, warnings filters, recursion limit, switch
+interval, trace and profile functions, ``sys`` hooks and streams, gc settings, resource
+limits, the handlers of every catchable signal and the signal mask (faulthandler is
+re-registered for SIGUSR1, which the manager needs for stack dumps, and for the fatal
+signals), interval timers, numpy's error state, error callback and print options, and torch's
+intra-op threads, default dtype, deterministic-algorithms mode, grad mode, float32 matmul
+precision, anomaly mode and its cudnn / cublas / mkldnn switches.
+
+Reported, worker replaced: file descriptors 0-2 closed or replaced (put back for the rest of
+this worker's life, but whatever now owns the old numbers is lost), any other torch global
+flag watched by :mod:`.knobs` that changed (inter-op threads, inference mode, mode stacks,
+autocast, the sdp / precision switches: read, never written), a limit or handler that could
+not be set back, and what :mod:`.leftovers` finds still running: threads, child processes
+(those are killed).
+
+Left alone, on purpose: modules the attempt *added* to ``sys.modules``. Removing a module that
+was really imported is not safe (torch and other extension modules cannot be imported twice,
+and modules imported alongside keep references to it); only additions that are not imported
+modules at all (a mock, a hand-made module without ``__spec__``, ``None``) are removed.
+Attributes a target patches on a module are not seen either. Random states are not snapshotted:
+every attempt reseeds Python's ``random``, numpy's legacy global RNG and torch's default
+generators from its own seed before its target runs (:func:`.attempt.seed_everything`), so no
+state carries over. torch and numpy are looked at only where the worker had already imported
+them (a fresh-process worker stays bare); persistent workers import both before their first
+attempt.
 """
 
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import os
+import signal
 import sys
-from collections.abc import Iterator
+import time
+import types
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from typing import IO, Any
 
 from harness.model import Attempt, ErrorInfo
+from harness.worker.knobs import (
+    INTERPRETER,
+    MISSING,
+    Knob,
+    Watched,
+    numpy_knobs,
+    put_back,
+    read,
+    torch_knobs,
+)
+from harness.worker.leftovers import Leftovers
 from harness.worker.protocol import AttemptJob
 
 
 @dataclass
 class Guard:
-    """What an attempt changed that could not be put back (empty when it left no trace)."""
+    """What an attempt changed: ``violations`` could not be put back, ``restored`` was."""
 
     violations: list[str] = field(default_factory=list)
+    restored: list[str] = field(default_factory=list)
 
     def apply(self, attempt: Attempt) -> Attempt:
         """The attempt, failed with a message naming what it changed, when it changed any."""
+        notes = dict(attempt.notes)
+        if self.restored:
+            notes["harness.restored"] = ", ".join(self.restored)
         if not self.violations:
-            return attempt
+            return replace(attempt, notes=notes) if self.restored else attempt
         what = "; ".join(self.violations)
-        error = ErrorInfo.make(
-            "IsolationViolation",
+        notes["harness.isolation"] = what
+        text = (
             f"the case changed its worker process and that cannot be undone: {what}; "
-            "the worker is replaced before the next case",
+            "the worker is replaced before the next case"
         )
-        return replace(
-            attempt,
-            status="failed" if attempt.status == "passed" else attempt.status,
-            error=attempt.error if attempt.status != "passed" else error,
-            notes={**attempt.notes, "harness.isolation": what},
-        )
+        if attempt.status == "passed":
+            return replace(
+                attempt,
+                status="failed",
+                error=ErrorInfo.make("IsolationViolation", text),
+                notes=notes,
+            )
+        error = attempt.error
+        if error is not None:  # keep the case's own failure (and its signature) first
+            error = replace(error, message=f"{error.message}\n(also: {text})")
+        return replace(attempt, error=error, notes=notes)
+
+
+# -- set once by the worker's main ---------------------------------------------------------
+
+_stackdump: IO[str] | None = None
+_std_fds: dict[int, tuple[int, tuple[int, int]]] = {}  # fd -> (a private copy, identity)
+_STD_NAMES = {0: "stdin", 1: "stdout", 2: "stderr"}
+
+
+def _identity(fd: int) -> tuple[int, int] | None:
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def configure(*, stackdump: IO[str] | None) -> None:
+    """Called once at worker start: the faulthandler dump file to re-register after a target
+    changes a signal handler, and private copies of fds 0-2 to put back a closed one."""
+    global _stackdump
+    _stackdump = stackdump
+    for fd in (0, 1, 2):
+        ident = _identity(fd)
+        if ident is not None:
+            _std_fds[fd] = (os.dup(fd), ident)
+
+
+_SIGNALS = tuple(
+    int(s) for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)
+)
+_FATAL = frozenset(
+    int(getattr(signal, n)) for n in ("SIGSEGV", "SIGFPE", "SIGABRT", "SIGBUS", "SIGILL")
+)
+_TIMERS = tuple(
+    getattr(signal, n)
+    for n in ("ITIMER_REAL", "ITIMER_VIRTUAL", "ITIMER_PROF")
+    if hasattr(signal, n)
+)
+_LISTS = ("path", "meta_path", "path_hooks")
+
+try:
+    import _signal  # the C functions: the wrappers in signal.py cost 20x more per call
+
+    _getsignal: Callable[[int], Any] = _signal.getsignal
+    _setsignal: Callable[[int, Any], Any] = _signal.signal
+    _sigmask: Callable[[int, Any], Any] = _signal.pthread_sigmask
+except ImportError:  # pragma: no cover - CPython always has it
+    _getsignal, _setsignal, _sigmask = signal.getsignal, signal.signal, signal.pthread_sigmask
+
+
+# -- one snapshot ------------------------------------------------------------------------------
+
+
+@dataclass
+class _Snapshot:
+    pid: int
+    leftovers: Leftovers
+    env: dict[Any, Any]
+    knobs: list[Any]
+    lists: list[tuple[list[Any], list[Any]]]
+    modules: dict[str, Any]
+    filters: tuple[Any, list[Any]]
+    signals: list[Any]
+    mask: set[int]
+    fds: dict[int, tuple[int, int] | None]
+    extra: tuple[Knob, ...]  # numpy's and torch's, for the modules already imported
+    extra_saved: list[Any]
+    watched: tuple[Watched, ...]
+    watched_saved: list[Any]
+
+
+def _environ() -> dict[Any, Any]:
+    data = getattr(os.environ, "_data", None)  # the encoded dict: copying it is 100x cheaper
+    return dict(data) if isinstance(data, dict) else dict(os.environ)
+
+
+def _take() -> _Snapshot:
+    torch_restored, watched = torch_knobs()
+    extra = numpy_knobs() + torch_restored
+    return _Snapshot(
+        pid=os.getpid(),
+        leftovers=Leftovers.take(),
+        env=_environ(),
+        knobs=read(INTERPRETER),
+        lists=[(getattr(sys, n), list(getattr(sys, n))) for n in _LISTS],
+        modules=sys.modules.copy(),
+        filters=(warnings.filters, list(warnings.filters)),
+        signals=[_getsignal(s) for s in _SIGNALS],
+        mask=set(_sigmask(signal.SIG_BLOCK, ())),
+        fds={fd: _std_fds[fd][1] if fd in _std_fds else _identity(fd) for fd in (0, 1, 2)},
+        extra=extra,
+        extra_saved=read(extra),
+        watched=watched,
+        watched_saved=[_call(get) for _, get in watched],
+    )
+
+
+def _call(get: Callable[[], Any]) -> Any:
+    try:
+        return get()
+    except Exception:
+        return MISSING
+
+
+def _restore_env(saved: dict[Any, Any], guard: Guard) -> None:
+    if _environ() == saved:
+        return
+    want = {os.fsdecode(k): os.fsdecode(v) for k, v in saved.items()}
+    now = dict(os.environ)
+    for k in now.keys() - want.keys():
+        del os.environ[k]
+    for k, v in want.items():
+        if now.get(k) != v:
+            os.environ[k] = v
+    if now.get("TZ") != want.get("TZ"):
+        time.tzset()
+    changed = sorted(k for k in now.keys() | want.keys() if now.get(k) != want.get(k))
+    guard.restored.append(f"os.environ ({', '.join(changed)})")
+
+
+def _restore_lists(saved: list[tuple[list[Any], list[Any]]], guard: Guard) -> None:
+    for name, (obj, items) in zip(_LISTS, saved, strict=True):
+        if getattr(sys, name) is not obj:
+            setattr(sys, name, obj)
+        if obj == items:
+            continue
+        if name == "path":
+            obj[:] = items
+        else:  # finders a module registered at import stay; the ones that were there come back
+            obj[:] = [x for x in obj if x not in items] + items
+        guard.restored.append(f"sys.{name}")
+
+
+def _restore_modules(saved: dict[str, Any], guard: Guard) -> None:
+    mods = sys.modules
+    if len(mods) == len(saved) and mods == saved:
+        return
+    changed = [k for k, v in saved.items() if mods.get(k, MISSING) is not v]
+    for name in changed:
+        now = mods.get(name)
+        mods[name] = saved[name]
+        parent, _, child = name.rpartition(".")
+        if parent and now is not None and getattr(mods.get(parent), child, None) is now:
+            setattr(mods[parent], child, saved[name])
+    fake = [
+        k
+        for k in mods.keys() - saved.keys()
+        if not isinstance(mods[k], types.ModuleType) or getattr(mods[k], "__spec__", None) is None
+    ]
+    for name in fake:
+        del mods[name]
+    if changed or fake:
+        guard.restored.append(f"sys.modules ({', '.join(sorted(changed + fake))})")
+
+
+def _restore_warnings(saved: tuple[Any, list[Any]], guard: Guard) -> None:
+    obj, items = saved
+    if warnings.filters is not obj or obj != items:
+        warnings.filters = obj
+        obj[:] = items
+        guard.restored.append("warnings filters")
+    # Every attempt sees a warning as if for the first time ("default" and "once" actions).
+    warnings._filters_mutated()  # type: ignore[attr-defined]
+    with contextlib.suppress(AttributeError):
+        warnings.onceregistry.clear()  # type: ignore[attr-defined]
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:  # a real-time signal between SIGRTMIN and SIGRTMAX
+        return f"signal {sig}"
+
+
+def _restore_signals(snap: _Snapshot, guard: Guard) -> None:
+    changed = []
+    for sig, before in zip(_SIGNALS, snap.signals, strict=True):
+        if _getsignal(sig) == before:
+            continue
+        name = _signal_name(sig)
+        if before is None:  # installed by C code, not from Python: cannot be put back
+            guard.violations.append(f"the handler of {name} changed and cannot be set back")
+            continue
+        _setsignal(sig, before)
+        changed.append(sig)
+        guard.restored.append(f"the {name} handler")
+    if _stackdump is not None:
+        usr1 = int(signal.SIGUSR1)
+        if usr1 in changed:  # signal.signal() replaced faulthandler's C handler: install it again
+            faulthandler.unregister(usr1)
+            faulthandler.register(usr1, file=_stackdump, all_threads=True)
+        if _FATAL.intersection(changed) or not faulthandler.is_enabled():
+            faulthandler.disable()
+            faulthandler.enable(file=_stackdump, all_threads=True)
+    faulthandler.cancel_dump_traceback_later()
+    mask = set(_sigmask(signal.SIG_BLOCK, ()))
+    if mask != snap.mask:
+        _sigmask(signal.SIG_SETMASK, snap.mask)
+        guard.restored.append("the signal mask")
+    for which in _TIMERS:
+        if signal.getitimer(which) != (0.0, 0.0):
+            signal.setitimer(which, 0)
+            guard.restored.append("a pending interval timer (signal.alarm/setitimer)")
+
+
+def _restore_fds(snap: _Snapshot, guard: Guard) -> None:
+    for fd, before in snap.fds.items():
+        now = _identity(fd)
+        if now == before or before is None:
+            continue
+        how = "closed" if now is None else "replaced (os.dup2 or close and reopen)"
+        if fd in _std_fds:
+            os.dup2(_std_fds[fd][0], fd)
+        guard.violations.append(f"file descriptor {fd} ({_STD_NAMES[fd]}) was {how}")
+
+
+def _check_watched(snap: _Snapshot, guard: Guard) -> None:
+    for (label, get), before in zip(snap.watched, snap.watched_saved, strict=True):
+        now = _call(get)
+        if now != before:
+            guard.violations.append(f"{label} changed from {before!r} to {now!r}")
+
+
+def _restore(snap: _Snapshot, guard: Guard) -> None:
+    lists = (guard.restored, guard.violations)
+    steps: tuple[tuple[str, Callable[[], None]], ...] = (
+        ("threads and child processes", lambda: guard.violations.extend(snap.leftovers.find())),
+        ("file descriptors 0-2", lambda: _restore_fds(snap, guard)),
+        ("the environment", lambda: _restore_env(snap.env, guard)),
+        ("interpreter settings", lambda: put_back(INTERPRETER, snap.knobs, *lists)),
+        ("import paths", lambda: _restore_lists(snap.lists, guard)),
+        ("sys.modules", lambda: _restore_modules(snap.modules, guard)),
+        ("warnings", lambda: _restore_warnings(snap.filters, guard)),
+        ("signals", lambda: _restore_signals(snap, guard)),
+        ("numpy and torch settings", lambda: put_back(snap.extra, snap.extra_saved, *lists)),
+        ("torch global flags", lambda: _check_watched(snap, guard)),
+    )
+    for what, step in steps:
+        try:
+            step()
+        except Exception as exc:  # never let one step keep the others from running
+            guard.violations.append(f"{what} could not be checked ({type(exc).__name__}: {exc})")
 
 
 @contextlib.contextmanager
-def isolated(job: AttemptJob) -> Iterator[Guard]:
-    """Snapshot before, restore after, record what cannot be restored."""
+def isolated(job: AttemptJob | None = None) -> Iterator[Guard]:
+    """Snapshot before, restore after, record what cannot be restored.
+
+    In a child that a target forked and that returned from it, the exit does nothing: that
+    process is not the worker and exits at once (:mod:`.main`).
+    """
     guard = Guard()
-    cwd = os.getcwd()
-    environ = dict(os.environ)
-    path = list(sys.path)
+    snap = _take()
     try:
         yield guard
     finally:
-        with contextlib.suppress(OSError):
-            os.chdir(cwd)
-        if dict(os.environ) != environ:
-            os.environ.clear()
-            os.environ.update(environ)
-        if sys.path != path:
-            sys.path[:] = path
+        if os.getpid() == snap.pid:
+            _restore(snap, guard)
+
+
+__all__ = ["Guard", "configure", "isolated"]

@@ -9,7 +9,9 @@ to a dump file on a fatal signal and on SIGUSR1, which the manager sends before 
 worker whose attempt ran past its timeout.
 
 A child forked by a target inherits this loop; :func:`os.register_at_fork` closes its copy of
-the protocol, and a child that returns into the loop exits at once instead of answering.
+the protocol, and a child that returns from the target exits at once instead of answering.
+The worker is a child subreaper (Linux), so a daemon that a case double-forks is reparented to
+it and found, killed and reported against that case by :mod:`harness.worker.leftovers`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from pathlib import Path
 from typing import IO
 
 from harness.worker import protocol as p
+from harness.worker.isolation import configure as configure_isolation
+from harness.worker.isolation import isolated
+from harness.worker.leftovers import become_subreaper
 
 _WORKER_PID = os.getpid()
 _proto_fd: int | None = None
@@ -55,7 +60,6 @@ def _handle(msg: p.Request) -> p.Reply:
     pid = os.getpid()
     if isinstance(msg, p.AttemptRequest):
         from harness.worker.attempt import run_attempt
-        from harness.worker.isolation import isolated
 
         with isolated(msg.job) as guard:
             attempt = run_attempt(msg.job)
@@ -107,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     # The manager owns interruption: a Ctrl-C in the terminal must not kill a half-done attempt.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
+    become_subreaper()
+    configure_isolation(stackdump=dump)
     for name in args.preimport:
         if importlib.util.find_spec(name) is not None:
             __import__(name)
@@ -124,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             if isinstance(msg, p.ExitRequest):
                 break
             reply = _handle(msg)
-        except Exception as exc:  # a bug in the harness itself: report it, keep serving
+        except (Exception, KeyboardInterrupt, SystemExit) as exc:  # a bug of the harness itself
             reply = p.ErrorReply(
                 nonce, os.getpid(), f"{type(exc).__name__}: {exc}", traceback.format_exc()
             )

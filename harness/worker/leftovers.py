@@ -1,0 +1,172 @@
+"""What an attempt left running in its worker: Python threads and child processes.
+
+Neither can be undone by restoring a value: a thread that keeps running keeps acting (a thread
+that calls ``probe.output`` would record into the next case), and a child process keeps holding
+files, ports and devices. :func:`Leftovers.find` waits a short grace period for them to end by
+themselves, then names each one that did not; child processes are killed (and reaped). The
+caller fails the attempt that left them and replaces the worker, so the next case starts clean.
+
+Child processes are found through ``/proc/<worker>/task/<tid>/children`` (Linux): the worker
+makes itself a child subreaper (:func:`become_subreaper`), so a double-forked daemon that
+called ``setsid`` is reparented to the worker, not to init, and is found the same way. A cheap
+``waitid`` tells first whether there is any child at all, so an attempt that started none pays
+one system call. Elsewhere (macOS) children are not looked for.
+
+Threads started by native code that once called into Python (``threading._DummyThread``, e.g.
+torch's autograd device threads) are not counted: they are not the case's doing and cannot end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+GRACE_S = 0.5  # how long leftovers get to end by themselves once the target has returned
+_MAX_ROUNDS = 16  # kill rounds: each kill can reparent grandchildren to the worker
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Make orphaned descendants of this process its children (Linux), so none escapes."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def _has_children() -> bool:
+    waitid = getattr(os, "waitid", None)
+    if waitid is None:
+        return False
+    try:
+        waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def children() -> set[int]:
+    """Pids of this process's children, live or zombie (empty where /proc is not there)."""
+    if not sys.platform.startswith("linux") or not _has_children():
+        return set()
+    me = os.getpid()
+    # Children hang off the thread that forked them; orphans go to the main thread.
+    tids = {me, *(t.native_id for t in threading.enumerate() if t.native_id is not None)}
+    pids: set[int] = set()
+    listed = False
+    for tid in tids:
+        try:
+            with open(f"/proc/{me}/task/{tid}/children") as f:
+                pids.update(int(x) for x in f.read().split())
+            listed = True
+        except (OSError, ValueError):
+            continue
+    if listed:
+        return pids
+    # A kernel without CONFIG_PROC_CHILDREN: scan every process for its parent.
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and _stat(int(entry))[1] == me:
+            pids.add(int(entry))
+    return pids
+
+
+def _stat(pid: int) -> tuple[str, int]:
+    """(state letter, parent pid) of a process; ("", -1) when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        fields = data[data.rindex(b")") + 2 :].split()
+        return fields[0].decode(), int(fields[1])
+    except (OSError, ValueError, IndexError):
+        return "", -1
+
+
+def _command(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().rstrip(b"\0").split(b"\0")
+        text = " ".join(a.decode("utf-8", "replace") for a in argv)
+    except OSError:
+        text = ""
+    return text[:120] + ("..." if len(text) > 120 else "") or "?"
+
+
+def _reaped(pid: int) -> bool:
+    """Reap ``pid`` if it has exited; True when it is gone (or was never ours to wait for)."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return done == pid
+
+
+def _describe_thread(t: threading.Thread) -> str:
+    target = getattr(t, "_target", None)
+    if target is not None:
+        what = f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', target)}"
+    else:
+        what = f"{type(t).__module__}.{type(t).__qualname__}.run"
+    return f"thread {t.name!r} ({what}) is still running"
+
+
+@dataclass(frozen=True)
+class Leftovers:
+    """The threads and child processes that existed before an attempt."""
+
+    threads: frozenset[threading.Thread]
+    children: frozenset[int]
+
+    @classmethod
+    def take(cls) -> Leftovers:
+        return cls(frozenset(threading.enumerate()), frozenset(children()))
+
+    def find(self, grace_s: float = GRACE_S) -> list[str]:
+        """What the attempt left running, one sentence each; its child processes are killed."""
+        deadline = time.monotonic() + grace_s
+        found = self._threads(deadline)
+        found += self._children(deadline)
+        return found
+
+    def _threads(self, deadline: float) -> list[str]:
+        new = [
+            t
+            for t in threading.enumerate()
+            if t not in self.threads and not isinstance(t, threading._DummyThread)
+        ]
+        for t in new:
+            t.join(max(0.0, deadline - time.monotonic()))
+        return [_describe_thread(t) for t in new if t.is_alive()]
+
+    def _children(self, deadline: float) -> list[str]:
+        found: list[str] = []
+        for _ in range(_MAX_ROUNDS):
+            live = {pid for pid in children() - self.children if not _reaped(pid)}
+            while live and time.monotonic() < deadline:
+                time.sleep(0.01)
+                live = {pid for pid in live if not _reaped(pid)}
+            if not live:
+                return found
+            for pid in sorted(live):
+                what = _command(pid)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
+                found.append(f"child process {pid} ({what}) was still running; it was killed")
+        found.append(f"more child processes kept appearing after {_MAX_ROUNDS} rounds of kills")
+        return found
+
+
+__all__ = ["GRACE_S", "Leftovers", "become_subreaper", "children"]
