@@ -1,11 +1,13 @@
 """The planner: cases x platforms, filtered by a ``-k`` expression, in a deterministic order.
 
 Repeats, warm-ups and retries are expanded by the runner as it goes (a retry exists only after
-a failure), so a plan item is one case on one platform.
+a failure), so a plan item is one case on one platform. :func:`shuffle_plan` permutes the items
+with a seed, to show that no case's result depends on the cases run before it in its worker.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -71,3 +73,18 @@ def build_plan(
                 )
             items.append(PlanItem(case=case, platform=platform, skip_reason=skip))
     return items
+
+
+def shuffle_plan(items: Sequence[PlanItem], seed: int) -> list[PlanItem]:
+    """The plan in a seeded random order: the same seed gives the same order on every machine.
+
+    Items move whole, so a case's warm-ups, repeats and retries still run back to back.
+
+    Example::
+
+        build_plan(cases, ["cpu"])                    # a, b, c, d
+        shuffle_plan(build_plan(cases, ["cpu"]), 7)   # c, a, d, b (say), every time
+    """
+    out = list(items)
+    random.Random(seed).shuffle(out)
+    return out

@@ -21,6 +21,7 @@ examples:
   harness run                                  # every case in cases/ on this runner's platform
   harness run cases/pipeline -k "int8 and not ref" --repeats 3
   harness run --runner h100 --budget 1500 --out reports/
+  harness run --shuffle 1234                   # same cases, a seeded random order
 """
 
 
@@ -68,6 +69,13 @@ def add_parser(sub: Any) -> None:
         metavar="DIR",
         help="reference store, read-only (default: references/ when that folder exists)",
     )
+    run.add_argument(
+        "--shuffle",
+        type=int,
+        metavar="SEED",
+        help="run the cases in a random order drawn from SEED (each case's attempts stay "
+        "together), to check that no result depends on the cases before it",
+    )
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     run.set_defaults(func=main)
 
@@ -76,6 +84,7 @@ def main(args: argparse.Namespace) -> int:
     # Imported here, not at the top: `import harness.cli` (the pytest plugin's and --help's
     # path) stays free of numpy and torch.
     from harness.cases import build_plan
+    from harness.cases.plan import shuffle_plan
     from harness.cli.progress import ProgressDisplay
     from harness.cli.suite import load, platforms
     from harness.execution.run import Runner, RunOptions
@@ -90,6 +99,8 @@ def main(args: argparse.Namespace) -> int:
     for err in suite.errors:
         print(f"error: {err}", file=sys.stderr)
     items = build_plan(suite.cases, platforms(args, profile.platform), args.keyword)
+    if args.shuffle is not None:
+        items = shuffle_plan(items, args.shuffle)
     code_roots = args.code_roots or (["targets/tinyav"] if Path("targets/tinyav").is_dir() else [])
     display = ProgressDisplay(len(items), live=False if args.quiet else None)
     runner = Runner(
@@ -108,7 +119,8 @@ def main(args: argparse.Namespace) -> int:
             item_progress=None if args.quiet else display.item,
         )
     )
-    print(f"run {runner.run_id}: {len(items)} item(s) -> {runner.run_dir}", file=sys.stderr)
+    order = f", shuffled with seed {args.shuffle}" if args.shuffle is not None else ""
+    print(f"run {runner.run_id}: {len(items)} item(s){order} -> {runner.run_dir}", file=sys.stderr)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         if runner.stop_requested:

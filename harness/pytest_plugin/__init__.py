@@ -79,6 +79,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="where run folders go (default: reports/)",
     )
     group.addoption(
+        "--harness-shuffle",
+        metavar="SEED",
+        type=int,
+        default=None,
+        help="collect the cases in a random order drawn from SEED (like harness run --shuffle)",
+    )
+    group.addoption(
         "--harness-references",
         metavar="DIR",
         default=None,
@@ -134,6 +141,7 @@ class CaseSuite(pytest.Directory):
 
     def collect(self) -> Iterator[pytest.Item]:
         from harness.cases import build_plan, load_suite
+        from harness.cases.plan import shuffle_plan
         from harness.platforms.profile import resolve_profile
 
         config = self.config
@@ -148,7 +156,9 @@ class CaseSuite(pytest.Directory):
         item_class: type[pytest.Item] = CaseItem
         if config.getoption("harness_base"):
             item_class = ComparisonItem
-        for plan_item in build_plan(suite.cases, platforms):
+        plan = build_plan(suite.cases, platforms)
+        seed = config.getoption("harness_shuffle")
+        for plan_item in plan if seed is None else shuffle_plan(plan, seed):
             yield item_class.from_parent(self, name=plan_item.name, plan_item=plan_item)
 
 

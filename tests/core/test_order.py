@@ -1,0 +1,151 @@
+"""Case order: ``--shuffle SEED`` runs the plan in a seeded random order, and the bundled suite
+gives the same result per case, attempt for attempt, forward, reversed and shuffled."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from corecases import write_cases
+
+import harness
+from harness.cases import load_suite
+from harness.cases.plan import PlanItem, build_plan, shuffle_plan
+from harness.execution.run import Runner, RunOptions
+from harness.model import RunReport
+from harness.platforms.profile import resolve_profile
+
+pytest_plugins = ["pytester"]
+
+REPO = Path(__file__).resolve().parents[2]
+PKG = str(Path(harness.__file__).resolve().parent)
+
+SIX = "".join(
+    f'[[case]]\nid = "c{i}"\nkind = "loader"\ntarget = "tmod:ok"\nparams = {{ x = {i} }}\n'
+    + ("repeats = 2\n" if i == 3 else "")
+    for i in range(6)
+)
+
+
+def plan_of(project: Path, platforms: tuple[str, ...] = ("cpu",)) -> list[PlanItem]:
+    suite = load_suite([project / "cases"])
+    assert not suite.errors, suite.errors
+    return build_plan(suite.cases, list(platforms))
+
+
+def names(items: list[PlanItem]) -> list[str]:
+    return [i.name for i in items]
+
+
+def test_shuffle_is_a_seeded_permutation_of_whole_items(project: Path) -> None:
+    write_cases(project, "six.toml", SIX)
+    plan = plan_of(project, ("cpu", "cuda"))
+    forward = names(plan)
+    once, again = shuffle_plan(plan, 7), shuffle_plan(plan, 7)
+    assert names(once) == names(again)  # the seed fixes the order
+    assert sorted(names(once)) == sorted(forward) and len(once) == len(forward) == 12
+    assert names(once) != forward
+    assert names(shuffle_plan(plan, 8)) != names(once)
+    assert names(plan) == forward  # the plan itself is left as it was
+    assert {id(i) for i in once} == {id(i) for i in plan}  # items move whole, none is remade
+
+
+@pytest.mark.slow
+def test_harness_run_shuffle_runs_the_cases_in_that_order(project: Path) -> None:
+    write_cases(project, "six.toml", SIX)
+    want = [i.case.id for i in shuffle_plan(plan_of(project), 3)]
+    cli = [sys.executable, "-m", "harness.cli", "run", "cases", "--code-root", "code", "-q"]
+    proc = subprocess.run(
+        [*cli, "--shuffle", "3", "--run-id", "s"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "6 item(s), shuffled with seed 3" in proc.stderr
+    doc = json.loads((project / "reports" / "s" / "report.json").read_text())
+    assert [c["id"] for c in doc["cases"]] == want != sorted(want)
+    journal = (project / "reports" / "s" / "attempts.jsonl").read_text().splitlines()
+    ran = [json.loads(line)["case_id"] for line in journal]
+    # In the order asked for, and the two repeats of c3 back to back.
+    assert ran == [c for c in want for _ in range(2 if c == "c3" else 1)]
+
+
+@pytest.mark.slow
+def test_plugin_harness_shuffle_collects_the_cases_in_that_order(
+    pytester: pytest.Pytester,
+) -> None:
+    (pytester.path / "code").mkdir()
+    (pytester.path / "cases").mkdir()
+    from corecases import COLDMOD, TARGETS
+
+    (pytester.path / "code" / "tmod.py").write_text(TARGETS)
+    (pytester.path / "code" / "coldmod.py").write_text(COLDMOD)
+    pytester.makeini("[pytest]\n")
+    write_cases(pytester.path, "six.toml", SIX)
+    want = [f"loader/{i.case.id}[cpu]" for i in shuffle_plan(plan_of(pytester.path), 3)]
+    result = pytester.runpytest_subprocess(
+        PKG,
+        *("--harness-cases", "cases", "--harness-code-root", "code"),
+        *("--harness-out", "reports", "--harness-shuffle", "3"),
+        *("-p", "no:cacheprovider", f"--rootdir={pytester.path}", "-v"),
+    )
+    result.assert_outcomes(passed=6)
+    lines = [ln for ln in result.outlines if " PASSED" in ln]
+    assert [next(w for w in want if w in ln) for ln in lines] == want
+
+
+def outcome(report: RunReport) -> dict[tuple[str, str], Any]:
+    """Per case: its status and, per attempt, the content hash of every output it wrote."""
+    return {
+        (c.id, c.platform): (
+            c.status,
+            [
+                (a.index, a.status, {name: o.get("hash") for name, o in a.outputs.items()})
+                for a in c.attempts
+            ],
+        )
+        for c in report.cases
+    }
+
+
+@pytest.mark.slow
+def test_bundled_suite_gives_the_same_results_in_any_order(tmp_path: Path) -> None:
+    suite = load_suite([REPO / "cases"])
+    assert not suite.errors, suite.errors
+    profile = resolve_profile(None, REPO / "runners")
+    plan = build_plan(suite.cases, [profile.platform])
+    orders = {
+        "forward": plan,
+        "reversed": plan[::-1],
+        "shuffled": shuffle_plan(plan, 20261201),
+    }
+    results = {}
+    for name, items in orders.items():
+        runner = Runner(
+            RunOptions(
+                profile=profile,
+                out_root=tmp_path,
+                run_id=name,
+                code_roots=(str(REPO / "targets" / "tinyav"),),
+                references_root=str(REPO / "references"),
+                cwd=str(REPO),
+                write_latest=False,
+            )
+        )
+        runner.run_plan(items)
+        results[name] = outcome(runner.finish())
+    forward = results["forward"]
+    assert len(forward) == len(plan) >= 40
+    assert any(hashes for _, attempts in forward.values() for _, _, hashes in attempts)
+    for name in ("reversed", "shuffled"):
+        other = results[name]
+        assert other.keys() == forward.keys()
+        differ = {k: (forward[k], other[k]) for k in forward if forward[k] != other[k]}
+        assert not differ, f"{name} order changed these results: {differ}"
