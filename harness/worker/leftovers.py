@@ -130,7 +130,9 @@ class Leftovers:
 
     @classmethod
     def take(cls) -> Leftovers:
-        return cls(frozenset(threading.enumerate()), frozenset(children()))
+        # Reap what died since (an orphan the subreaper adopted between attempts, say).
+        live = frozenset(pid for pid in children() if not _reaped(pid))
+        return cls(frozenset(threading.enumerate()), live)
 
     def find(self, grace_s: float = GRACE_S) -> list[str]:
         """What the attempt left running, one sentence each; its child processes are killed."""

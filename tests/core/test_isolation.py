@@ -576,3 +576,18 @@ def test_a_forked_child_that_leaves_the_block_touches_nothing() -> None:
 def test_guard_without_changes_leaves_the_attempt_alone() -> None:
     attempt = _passed()
     assert Guard().apply(attempt) is attempt
+
+
+def test_a_child_that_died_before_the_attempt_is_reaped_not_blamed() -> None:
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    deadline = time.monotonic() + 30
+    while _alive(pid):  # until it is a zombie: exited, not reaped
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    with isolated() as guard:
+        pass
+    assert not guard.violations, guard.violations
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # already reaped: no zombie piles up in the worker
