@@ -591,3 +591,16 @@ def test_a_child_that_died_before_the_attempt_is_reaped_not_blamed() -> None:
     assert not guard.violations, guard.violations
     with pytest.raises(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)  # already reaped: no zombie piles up in the worker
+
+
+def test_the_snapshot_imports_neither_torch_nor_numpy() -> None:
+    # A fresh-process worker starts bare so that a cold-import case sees a bare interpreter.
+    code = (
+        "import sys\n"
+        "from harness.worker.isolation import isolated\n"
+        "with isolated() as guard:\n"
+        "    assert 'torch' not in sys.modules and 'numpy' not in sys.modules\n"
+        "assert 'torch' not in sys.modules and 'numpy' not in sys.modules\n"
+        "assert not guard.violations, guard.violations\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
