@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from harness.cases.plan import PlanItem, build_plan, shuffle_plan
 from harness.execution.run import Runner, RunOptions
 from harness.model import RunReport
 from harness.platforms.profile import resolve_profile
+from harness.report.io import write_run
 
 pytest_plugins = ["pytester"]
 
@@ -119,7 +121,9 @@ def outcome(report: RunReport) -> dict[tuple[str, str], Any]:
 def test_bundled_suite_gives_the_same_results_in_any_order(tmp_path: Path) -> None:
     suite = load_suite([REPO / "cases"])
     assert not suite.errors, suite.errors
-    profile = resolve_profile(None, REPO / "runners")
+    # The runner class's latency budgets judge how loaded this shared machine is, not the order
+    # of the cases; everything else (quality checks, notes, finiteness, outputs) is compared.
+    profile = replace(resolve_profile(None, REPO / "runners"), budgets={})
     plan = build_plan(suite.cases, [profile.platform])
     orders = {
         "forward": plan,
@@ -140,7 +144,9 @@ def test_bundled_suite_gives_the_same_results_in_any_order(tmp_path: Path) -> No
             )
         )
         runner.run_plan(items)
-        results[name] = outcome(runner.finish())
+        report = runner.finish()
+        write_run(report, runner.run_dir, latest=False)  # to look at when this fails
+        results[name] = outcome(report)
     forward = results["forward"]
     assert len(forward) == len(plan) >= 40
     assert any(hashes for _, attempts in forward.values() for _, _, hashes in attempts)
@@ -148,4 +154,4 @@ def test_bundled_suite_gives_the_same_results_in_any_order(tmp_path: Path) -> No
         other = results[name]
         assert other.keys() == forward.keys()
         differ = {k: (forward[k], other[k]) for k in forward if forward[k] != other[k]}
-        assert not differ, f"{name} order changed these results: {differ}"
+        assert not differ, f"{name} order changed these results (see {tmp_path}): {differ}"
