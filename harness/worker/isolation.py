@@ -180,7 +180,7 @@ def _take() -> _Snapshot:
         env=_environ(),
         knobs=read(INTERPRETER),
         lists=[(getattr(sys, n), list(getattr(sys, n))) for n in _LISTS],
-        modules=sys.modules.copy(),
+        modules=_modules(),
         filters=(warnings.filters, list(warnings.filters)),
         signals=[_getsignal(s) for s in _SIGNALS],
         mask=set(_sigmask(signal.SIG_BLOCK, ())),
@@ -188,15 +188,8 @@ def _take() -> _Snapshot:
         extra=extra,
         extra_saved=read(extra),
         watched=watched,
-        watched_saved=[_call(get) for _, get in watched],
+        watched_saved=read(watched),
     )
-
-
-def _call(get: Callable[[], Any]) -> Any:
-    try:
-        return get()
-    except Exception:
-        return MISSING
 
 
 def _restore_env(saved: dict[Any, Any], guard: Guard) -> None:
@@ -228,7 +221,21 @@ def _restore_lists(saved: list[tuple[list[Any], list[Any]]], guard: Guard) -> No
         guard.restored.append(f"sys.{name}")
 
 
+# sys.modules as the last attempt left it. Between attempts the worker itself only adds modules
+# (changing the length, which takes a new copy), so the copy an attempt compares with costs a
+# copy only when something was imported.
+_modules_seen: dict[str, Any] = {}
+
+
+def _modules() -> dict[str, Any]:
+    global _modules_seen
+    if len(sys.modules) != len(_modules_seen):
+        _modules_seen = sys.modules.copy()
+    return _modules_seen
+
+
 def _restore_modules(saved: dict[str, Any], guard: Guard) -> None:
+    global _modules_seen
     mods = sys.modules
     if len(mods) == len(saved) and mods == saved:
         return
@@ -246,6 +253,7 @@ def _restore_modules(saved: dict[str, Any], guard: Guard) -> None:
     ]
     for name in fake:
         del mods[name]
+    _modules_seen = mods.copy()
     if changed or fake:
         guard.restored.append(f"sys.modules ({', '.join(sorted(changed + fake))})")
 
@@ -271,8 +279,9 @@ def _signal_name(sig: int) -> str:
 
 def _restore_signals(snap: _Snapshot, guard: Guard) -> None:
     changed = []
-    for sig, before in zip(_SIGNALS, snap.signals, strict=True):
-        if _getsignal(sig) == before:
+    now = [_getsignal(s) for s in _SIGNALS]
+    for sig, before, handler in zip(_SIGNALS, snap.signals, now, strict=True):
+        if handler is before or handler == before:
             continue
         name = _signal_name(sig)
         if before is None:  # installed by C code, not from Python: cannot be put back
@@ -312,10 +321,12 @@ def _restore_fds(snap: _Snapshot, guard: Guard) -> None:
 
 
 def _check_watched(snap: _Snapshot, guard: Guard) -> None:
-    for (label, get), before in zip(snap.watched, snap.watched_saved, strict=True):
-        now = _call(get)
-        if now != before:
-            guard.violations.append(f"{label} changed from {before!r} to {now!r}")
+    now = read(snap.watched)
+    if now == snap.watched_saved:
+        return
+    for (label, _), before, value in zip(snap.watched, snap.watched_saved, now, strict=True):
+        if value != before:
+            guard.violations.append(f"{label} changed from {before!r} to {value!r}")
 
 
 def _restore(snap: _Snapshot, guard: Guard) -> None:

@@ -20,7 +20,7 @@ import os
 import sys
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 try:
@@ -40,11 +40,8 @@ def _umask() -> int:
 
 
 def _attr(obj: Any, name: str) -> Knob:
-    return (
-        f"{getattr(obj, '__name__', obj)}.{name}",
-        lambda: getattr(obj, name),
-        lambda v: setattr(obj, name, v),
-    )
+    label = f"{getattr(obj, '__name__', obj)}.{name}"
+    return label, functools.partial(getattr, obj, name), functools.partial(setattr, obj, name)
 
 
 INTERPRETER: tuple[Knob, ...] = (
@@ -163,15 +160,20 @@ _TORCH_WATCHED: tuple[tuple[str, str], ...] = (
 )
 
 
-def read(knobs: tuple[Knob, ...]) -> list[Any]:
-    """The current value of every knob (:data:`MISSING` where its getter raised)."""
-    out = []
-    for _, get, _ in knobs:
-        try:
-            out.append(get())
-        except Exception:
-            out.append(MISSING)
-    return out
+def call(get: Callable[[], Any]) -> Any:
+    """``get()``, or :data:`MISSING` where it raised."""
+    try:
+        return get()
+    except Exception:
+        return MISSING
+
+
+def read(entries: Sequence[tuple[Any, ...]]) -> list[Any]:
+    """The value of every knob or watched flag (:data:`MISSING` where its getter raised)."""
+    try:
+        return [e[1]() for e in entries]  # one pass: this runs twice an attempt
+    except Exception:
+        return [call(e[1]) for e in entries]
 
 
 def put_back(
@@ -179,24 +181,26 @@ def put_back(
 ) -> None:
     """Set back every knob whose value is not ``saved`` any more: its label goes to
     ``restored``, or to ``violations`` (with both values) when its setter refused."""
-    for (label, get, put), before in zip(knobs, saved, strict=True):
-        try:
-            now = get()
-        except Exception:
-            now = MISSING
-        if now is before or before is MISSING:
+    now = read(knobs)
+    try:
+        if now == saved:  # the usual case, one comparison
+            return
+    except Exception:  # an object whose == raises: look at each
+        pass
+    for (label, _, put), before, value in zip(knobs, saved, now, strict=True):
+        if value is before or before is MISSING:
             continue
         try:
-            if now == before:
+            if value == before:
                 continue
-        except Exception:  # an object whose == raises: treat it as changed
+        except Exception:  # treat it as changed
             pass
         try:
             put(before)
             restored.append(label)
         except Exception as exc:
             violations.append(
-                f"{label} changed from {before!r} to {now!r} and could not be set back ({exc})"
+                f"{label} changed from {before!r} to {value!r} and could not be set back ({exc})"
             )
 
 
@@ -277,6 +281,7 @@ __all__ = [
     "MISSING",
     "Knob",
     "Watched",
+    "call",
     "numpy_knobs",
     "put_back",
     "read",
