@@ -3,7 +3,8 @@
 :func:`isolated` snapshots the process-global state a target can reach before an attempt and
 restores it after; what it cannot restore, it reports, and :meth:`Guard.apply` turns that into
 a failure of the attempt that caused it (and asks the manager to replace the worker), so no
-case can change the result of the case after it.
+case can change the result of the case after it. What it put back is listed in the attempt's
+``harness.restored`` note, what it could not in ``harness.isolation``.
 
 Restored (read cheaply before, put back only where it changed): ``os.environ``, the working
 directory, umask, locale, ``sys.path`` / ``meta_path`` / ``path_hooks``, ``sys.modules``

@@ -107,6 +107,13 @@ def recursion_observe():
         return 0 if n == 0 else 1 + down(n - 1)
     assert down(500) == 500
 
+def sdp_off():
+    import torch
+    torch.backends.cuda.enable_flash_sdp(False)  # a flag the harness reads but never writes
+def sdp_observe():
+    import torch
+    assert torch.backends.cuda.flash_sdp_enabled(), "flash sdp switched off by a case before"
+
 def close_stdout():
     os.close(1)
 def stdout_observe():
@@ -140,6 +147,23 @@ def probe_observe():
     import numpy as np
     time.sleep(0.3)
     probe.output("mine", np.ones(4, dtype=np.float32), kind="audio")
+
+def rng_consume():
+    import random
+    import numpy as np
+    import torch
+    random.seed(999); np.random.seed(1); torch.manual_seed(5)
+    random.random(); np.random.random_sample(3); torch.rand(3)
+def rng_observe():
+    # Every attempt starts from its own seed: what the case before drew or seeded is gone.
+    import random
+    import numpy as np
+    import torch
+    seed = probe.seed()
+    assert random.random() == random.Random(seed).random()
+    assert np.random.random_sample() == np.random.RandomState(seed % 2**32).random_sample()
+    mine = torch.Generator().manual_seed(seed)
+    assert torch.equal(torch.rand(2), torch.rand(2, generator=mine))
 
 def sys_exit():
     sys.exit(3)
@@ -207,6 +231,14 @@ PAIRS: list[tuple[str, str, str, str, str]] = [
         "passed",
         "the SIGINT handler",
     ),
+    ("rng", "rng_consume", "rng_observe", "passed", ""),  # reseeded, never restored
+    (
+        "sdp",
+        "sdp_off",
+        "sdp_observe",
+        "failed",
+        "torch.backends.cuda.flash_sdp_enabled() changed from True to False",
+    ),
     ("stdout", "close_stdout", "stdout_observe", "failed", "file descriptor 1 (stdout) was closed"),
     (
         "probe-thread",
@@ -220,7 +252,7 @@ PAIRS: list[tuple[str, str, str, str, str]] = [
     ("fork", "fork_returns", "observe_pid", "passed", ""),
 ]
 FAILING = {name for name, _, _, status, _ in PAIRS if status != "passed"}
-REPLACED = {"stdout", "probe-thread"}  # what cannot be undone: the worker is replaced
+REPLACED = {"sdp", "stdout", "probe-thread"}  # what cannot be undone: the worker is replaced
 
 
 def harness_run(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
