@@ -77,20 +77,19 @@ def children() -> set[int]:
         return pids
     # A kernel without CONFIG_PROC_CHILDREN: scan every process for its parent.
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and _stat(int(entry))[1] == me:
+        if entry.isdigit() and _parent(int(entry)) == me:
             pids.add(int(entry))
     return pids
 
 
-def _stat(pid: int) -> tuple[str, int]:
-    """(state letter, parent pid) of a process; ("", -1) when it is gone."""
+def _parent(pid: int) -> int:
+    """The parent pid of a process (-1 when it is gone)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
-        fields = data[data.rindex(b")") + 2 :].split()
-        return fields[0].decode(), int(fields[1])
+        return int(data[data.rindex(b")") + 2 :].split()[1])
     except (OSError, ValueError, IndexError):
-        return "", -1
+        return -1
 
 
 def _command(pid: int) -> str:

@@ -636,3 +636,27 @@ def test_the_snapshot_imports_neither_torch_nor_numpy() -> None:
         "assert not guard.violations, guard.violations\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_children_are_found_with_and_without_the_proc_children_files(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from harness.worker import leftovers
+
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        assert sleeper.pid in leftovers.children()
+        real_open = open
+
+        def no_children_file(path: Any, *args: Any, **kw: Any) -> Any:
+            if str(path).endswith("/children"):  # a kernel without CONFIG_PROC_CHILDREN
+                raise FileNotFoundError(path)
+            return real_open(path, *args, **kw)
+
+        monkeypatch.setattr(leftovers, "open", no_children_file, raising=False)
+        assert sleeper.pid in leftovers.children()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    monkeypatch.undo()
+    assert sleeper.pid not in leftovers.children()
