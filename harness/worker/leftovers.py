@@ -12,8 +12,11 @@ called ``setsid`` is reparented to the worker, not to init, and is found the sam
 ``waitid`` tells first whether there is any child at all, so an attempt that started none pays
 one system call. Elsewhere (macOS) children are not looked for.
 
-Threads started by native code that once called into Python (``threading._DummyThread``, e.g.
-torch's autograd device threads) are not counted: they are not the case's doing and cannot end.
+Not counted: threads started by native code that once called into Python
+(``threading._DummyThread``, e.g. torch's autograd device threads: not the case's doing, and
+they cannot end), and the library threads in :data:`BENIGN_THREADS`, started once per process
+by the first use of a library and unable to act on a case (tqdm's monitor, which every
+diffusers progress bar would otherwise pin on the first case that showed one).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from dataclasses import dataclass
 GRACE_S = 0.5  # how long leftovers get to end by themselves once the target has returned
 _MAX_ROUNDS = 16  # kill rounds: each kill can reparent grandchildren to the worker
 _PR_SET_CHILD_SUBREAPER = 36
+# (module, class) of threads a library keeps for the life of the process.
+BENIGN_THREADS = frozenset({("tqdm._monitor", "TMonitor")})
 
 
 def become_subreaper() -> bool:
@@ -144,7 +149,9 @@ class Leftovers:
         new = [
             t
             for t in threading.enumerate()
-            if t not in self.threads and not isinstance(t, threading._DummyThread)
+            if t not in self.threads
+            and not isinstance(t, threading._DummyThread)
+            and (type(t).__module__, type(t).__qualname__) not in BENIGN_THREADS
         ]
         for t in new:
             t.join(max(0.0, deadline - time.monotonic()))
@@ -170,4 +177,4 @@ class Leftovers:
         return found
 
 
-__all__ = ["GRACE_S", "Leftovers", "become_subreaper", "children"]
+__all__ = ["BENIGN_THREADS", "GRACE_S", "Leftovers", "become_subreaper", "children"]

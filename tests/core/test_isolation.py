@@ -660,3 +660,20 @@ def test_children_are_found_with_and_without_the_proc_children_files(
         sleeper.wait()
     monkeypatch.undo()
     assert sleeper.pid not in leftovers.children()
+
+
+def test_tqdms_monitor_thread_is_not_blamed_on_the_first_progress_bar() -> None:
+    tqdm = pytest.importorskip("tqdm")
+    if tqdm.tqdm.monitor is not None:  # started by an earlier test: start a new one below
+        tqdm.tqdm.monitor.exit()
+        tqdm.tqdm.monitor = None
+    try:
+        with isolated() as guard:
+            for _ in tqdm.tqdm(range(2), file=sys.stderr):
+                pass
+        assert tqdm.tqdm.monitor is not None and tqdm.tqdm.monitor.is_alive()
+        assert not guard.violations, guard.violations
+    finally:
+        if tqdm.tqdm.monitor is not None:
+            tqdm.tqdm.monitor.exit()
+            tqdm.tqdm.monitor = None
