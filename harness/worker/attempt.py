@@ -137,6 +137,19 @@ def _run_command(case: Case, result_file: Path, timeout_s: float) -> None:
             probe.note(k, v)
 
 
+def _child_status(exc: BaseException | None) -> int:
+    if exc is None:
+        return 0
+    if isinstance(exc, SystemExit):
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr, flush=True)
+        return 1
+    traceback.print_exception(exc, file=sys.stderr)
+    sys.stderr.flush()
+    return 1
+
+
 def _base_message(exc: BaseException) -> str:
     if isinstance(exc, SystemExit):
         return (
@@ -176,8 +189,9 @@ def run_attempt(job: AttemptJob) -> Attempt:
             finally:
                 if os.getpid() != pid:
                     # A child the target forked returned from it: it is not the worker, so it
-                    # must not record, check or answer anything. Leave at once.
-                    os._exit(0)
+                    # must not record, check or answer anything. Leave at once, with the exit
+                    # status Python would have given it (the target may wait for it).
+                    os._exit(_child_status(sys.exc_info()[1]))
     except AssertionError as exc:
         status = "failed"
         error = ErrorInfo.make(

@@ -175,7 +175,11 @@ def fork_returns(pidfile):
     if pid == 0:
         Path(pidfile).write_text(str(os.getpid()))
         return  # the child returns from the target into the worker's loop
-    os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    pid = os.fork()
+    if pid == 0:
+        sys.exit(3)  # a child that exits the Python way keeps its status
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 3
 
 def observe_pid():
     probe.note("pid", os.getpid())
