@@ -241,7 +241,10 @@ class Executor:
             if case.fresh_process:
                 handle.close()
             elif reply.replace_worker:
+                # The case changed its worker in a way that cannot be undone (it fails for it).
                 self.pool.discard(spec)
+                what = reply.attempt.get("notes", {}).get("harness.isolation", "")
+                self.say(f"{item.name}: worker {handle.pid} replaced before the next case: {what}")
             return self._localize(Attempt.from_json(reply.attempt))
         # The worker caught a bug of the harness itself: an infrastructure error of this run,
         # recorded against this attempt, never a failure (or a pass) of the code under test.

@@ -260,9 +260,9 @@ REPLACED = {"sdp", "stdout", "probe-thread"}  # what cannot be undone: the worke
 
 
 def harness_run(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``harness run cases --code-root code -q ...`` in ``project``, as a user runs it."""
+    """``harness run cases --code-root code ...`` in ``project``, as a user runs it."""
     return subprocess.run(
-        [sys.executable, "-m", "harness.cli", "run", "cases", "--code-root", "code", "-q", *args],
+        [sys.executable, "-m", "harness.cli", "run", "cases", "--code-root", "code", *args],
         cwd=project,
         capture_output=True,
         text=True,
@@ -322,6 +322,9 @@ def test_mutations_do_not_reach_the_next_case_through_harness_run(project: Path)
     pair_cases(project)
     proc = harness_run(project, "--run-id", "iso")
     assert proc.returncode == 1, proc.stderr[-3000:]
+    stdout = [p[0] for p in PAIRS].index("stdout")
+    assert f"loader/{stdout:02d}-stdout-a[cpu]: worker " in proc.stderr
+    assert "replaced before the next case: file descriptor 1 (stdout) was closed" in proc.stderr
     check_pairs(json.loads((project / "reports" / "iso" / "report.json").read_text()), project)
 
 
@@ -369,7 +372,7 @@ def test_bundled_t2va_int8_passes_after_a_case_that_sets_float64(project: Path) 
         project,
         *("--code-root", str(REPO / "targets" / "tinyav")),
         *("--references", str(REPO / "references"), "--run-id", "t2va"),
-        *("-k", "float64 or (t2va-int8 and not pruned)"),
+        *("-k", "float64 or (t2va-int8 and not pruned)", "-q"),
     )
     doc = json.loads((project / "reports" / "t2va" / "report.json").read_text())
     cases = {c["id"]: c for c in doc["cases"]}
