@@ -23,36 +23,38 @@ autocast, the sdp / precision switches: read, never written), a limit or handler
 not be set back, and what :mod:`.leftovers` finds still running: threads, child processes
 (those are killed).
 
-Left alone, on purpose: modules the attempt *added* to ``sys.modules``. Removing a module that
-was really imported is not safe (torch and other extension modules cannot be imported twice,
-and modules imported alongside keep references to it); only additions that are not imported
-modules at all (a mock, a hand-made module without ``__spec__``, ``None``) are removed.
-Attributes a target patches on a module are not seen either. Random states are not snapshotted:
+Left alone, on purpose: modules the attempt really imported stay in ``sys.modules`` (removing
+one is not safe, see :mod:`.imports`), and attributes a target patches on a module are not
+seen. Random states are not snapshotted:
 every attempt reseeds Python's ``random``, numpy's legacy global RNG and torch's default
 generators from its own seed before its target runs (:func:`.attempt.seed_everything`), so no
 state carries over. torch and numpy are looked at only where the worker had already imported
 them (a fresh-process worker stays bare); persistent workers import both before their first
 attempt.
+
+Cost: every table is read once after an attempt and compared whole. In a worker, the state an
+attempt was restored to is the next attempt's "before" (:func:`configure` with ``reuse``; the
+worker's loop calls :func:`forget` when anything else ran), so only what an attempt may add to
+(threads, children, finders, modules) is read before it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import faulthandler
+import operator
 import os
 import signal
-import sys
 import time
-import types
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import IO, Any
 
 from harness.model import Attempt, ErrorInfo
+from harness.worker import imports
 from harness.worker.knobs import (
     INTERPRETER,
-    MISSING,
     Knob,
     Watched,
     numpy_knobs,
@@ -112,11 +114,15 @@ def _identity(fd: int) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
-def configure(*, stackdump: IO[str] | None) -> None:
+def configure(*, stackdump: IO[str] | None, reuse: bool = False) -> None:
     """Called once at worker start: the faulthandler dump file to re-register after a target
-    changes a signal handler, and private copies of fds 0-2 to put back a closed one."""
-    global _stackdump
+    changes a signal handler, and private copies of fds 0-2 to put back a closed one.
+
+    ``reuse``: the caller calls :func:`forget` whenever something other than an attempt ran,
+    so what an attempt was restored to can serve as the next attempt's snapshot."""
+    global _stackdump, _reuse
     _stackdump = stackdump
+    _reuse = reuse
     for fd in (0, 1, 2):
         ident = _identity(fd)
         if ident is not None:
@@ -134,7 +140,6 @@ _TIMERS = tuple(
     for n in ("ITIMER_REAL", "ITIMER_VIRTUAL", "ITIMER_PROF")
     if hasattr(signal, n)
 )
-_LISTS = ("path", "meta_path", "path_hooks")
 
 try:
     import _signal  # the C functions: the wrappers in signal.py cost 20x more per call
@@ -157,6 +162,7 @@ class _Snapshot:
     knobs: list[Any]
     lists: list[tuple[list[Any], list[Any]]]
     modules: dict[str, Any]
+    modules_version: int | None
     filters: tuple[Any, list[Any]]
     signals: list[Any]
     mask: set[int]
@@ -165,6 +171,7 @@ class _Snapshot:
     extra_saved: list[Any]
     watched: tuple[Watched, ...]
     watched_saved: list[Any]
+    tables: tuple[object, object]  # numpy's and torch's tables, to tell when one appeared
 
 
 def _environ() -> dict[Any, Any]:
@@ -172,7 +179,27 @@ def _environ() -> dict[Any, Any]:
     return dict(data) if isinstance(data, dict) else dict(os.environ)
 
 
+_reuse = False
+_last: _Snapshot | None = None  # what the last attempt was restored to, when reusable
+
+
+def forget() -> None:
+    """Something other than an attempt ran: read everything afresh before the next one."""
+    global _last
+    _last = None
+
+
 def _take() -> _Snapshot:
+    last, tables = _last, (numpy_knobs(), torch_knobs())
+    if last is not None and last.pid == os.getpid() and all(map(operator.is_, last.tables, tables)):
+        # Restored to exactly this; only what an attempt may add to is read again.
+        return replace(
+            last,
+            leftovers=Leftovers.take(),
+            lists=imports.lists(),
+            modules=imports.modules(),
+            modules_version=imports.modules_version(),
+        )
     torch_restored, watched = torch_knobs()
     extra = numpy_knobs() + torch_restored
     return _Snapshot(
@@ -180,8 +207,9 @@ def _take() -> _Snapshot:
         leftovers=Leftovers.take(),
         env=_environ(),
         knobs=read(INTERPRETER),
-        lists=[(getattr(sys, n), list(getattr(sys, n))) for n in _LISTS],
-        modules=_modules(),
+        lists=imports.lists(),
+        modules=imports.modules(),
+        modules_version=imports.modules_version(),
         filters=(warnings.filters, list(warnings.filters)),
         signals=[_getsignal(s) for s in _SIGNALS],
         mask=set(_sigmask(signal.SIG_BLOCK, ())),
@@ -190,6 +218,7 @@ def _take() -> _Snapshot:
         extra_saved=read(extra),
         watched=watched,
         watched_saved=read(watched),
+        tables=tables,
     )
 
 
@@ -207,56 +236,6 @@ def _restore_env(saved: dict[Any, Any], guard: Guard) -> None:
         time.tzset()
     changed = sorted(k for k in now.keys() | want.keys() if now.get(k) != want.get(k))
     guard.restored.append(f"os.environ ({', '.join(changed)})")
-
-
-def _restore_lists(saved: list[tuple[list[Any], list[Any]]], guard: Guard) -> None:
-    for name, (obj, items) in zip(_LISTS, saved, strict=True):
-        if getattr(sys, name) is not obj:
-            setattr(sys, name, obj)
-        if obj == items:
-            continue
-        if name == "path":
-            obj[:] = items
-        else:  # finders a module registered at import stay; the ones that were there come back
-            obj[:] = [x for x in obj if x not in items] + items
-        guard.restored.append(f"sys.{name}")
-
-
-# sys.modules as the last attempt left it. Between attempts the worker itself only adds modules
-# (changing the length, which takes a new copy), so the copy an attempt compares with costs a
-# copy only when something was imported.
-_modules_seen: dict[str, Any] = {}
-
-
-def _modules() -> dict[str, Any]:
-    global _modules_seen
-    if len(sys.modules) != len(_modules_seen):
-        _modules_seen = sys.modules.copy()
-    return _modules_seen
-
-
-def _restore_modules(saved: dict[str, Any], guard: Guard) -> None:
-    global _modules_seen
-    mods = sys.modules
-    if len(mods) == len(saved) and mods == saved:
-        return
-    changed = [k for k, v in saved.items() if mods.get(k, MISSING) is not v]
-    for name in changed:
-        now = mods.get(name)
-        mods[name] = saved[name]
-        parent, _, child = name.rpartition(".")
-        if parent and now is not None and getattr(mods.get(parent), child, None) is now:
-            setattr(mods[parent], child, saved[name])
-    fake = [
-        k
-        for k in mods.keys() - saved.keys()
-        if not isinstance(mods[k], types.ModuleType) or getattr(mods[k], "__spec__", None) is None
-    ]
-    for name in fake:
-        del mods[name]
-    _modules_seen = mods.copy()
-    if changed or fake:
-        guard.restored.append(f"sys.modules ({', '.join(sorted(changed + fake))})")
 
 
 def _restore_warnings(saved: tuple[Any, list[Any]], guard: Guard) -> None:
@@ -337,8 +316,11 @@ def _restore(snap: _Snapshot, guard: Guard) -> None:
         ("file descriptors 0-2", lambda: _restore_fds(snap, guard)),
         ("the environment", lambda: _restore_env(snap.env, guard)),
         ("interpreter settings", lambda: put_back(INTERPRETER, snap.knobs, *lists)),
-        ("import paths", lambda: _restore_lists(snap.lists, guard)),
-        ("sys.modules", lambda: _restore_modules(snap.modules, guard)),
+        ("import paths", lambda: imports.restore_lists(snap.lists, guard.restored)),
+        (
+            "sys.modules",
+            lambda: imports.restore_modules(snap.modules, snap.modules_version, guard.restored),
+        ),
         ("warnings", lambda: _restore_warnings(snap.filters, guard)),
         ("signals", lambda: _restore_signals(snap, guard)),
         ("numpy and torch settings", lambda: put_back(snap.extra, snap.extra_saved, *lists)),
@@ -358,6 +340,7 @@ def isolated(job: AttemptJob | None = None) -> Iterator[Guard]:
     In a child that a target forked and that returned from it, the exit does nothing: that
     process is not the worker and exits at once (:mod:`.main`).
     """
+    global _last
     guard = Guard()
     snap = _take()
     try:
@@ -365,6 +348,7 @@ def isolated(job: AttemptJob | None = None) -> Iterator[Guard]:
     finally:
         if os.getpid() == snap.pid:
             _restore(snap, guard)
+            _last = snap if _reuse and not guard.violations else None
 
 
-__all__ = ["Guard", "configure", "isolated"]
+__all__ = ["Guard", "configure", "forget", "isolated"]

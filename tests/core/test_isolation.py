@@ -203,6 +203,12 @@ def leave_daemons(pidfile):
     subprocess.run([sys.executable, "-c", DAEMON, pidfile + ".daemon"], check=True)
     Path(pidfile).write_text(str(sleeper.pid))
 
+def frozen_heap():
+    import gc
+    # What the worker imported before its first attempt (torch, numpy) is frozen: a full
+    # collection inside an attempt never walks it, nor garbage that earlier cases left.
+    assert gc.get_freeze_count() > 50_000, gc.get_freeze_count()
+
 def hang_with_pid(pidfile):
     Path(pidfile).write_text(str(os.getpid()))
     time.sleep(600)
@@ -452,6 +458,19 @@ def test_child_processes_and_daemons_a_case_leaves_are_killed_and_reported(
     assert nxt.attempts[0].worker_pid != bad.attempts[0].worker_pid
 
 
+@pytest.mark.slow
+def test_the_worker_freezes_its_heap_before_the_first_attempt(project: Path) -> None:
+    (project / "code" / "isomod.py").write_text(ISOMOD)
+    write_cases(
+        project, "gc.toml", 'id = "frozen"\nkind = "loader"\ntarget = "isomod:frozen_heap"\n'
+    )
+    proc = harness_run(project, "--run-id", "gc", "-q")
+    doc = json.loads((project / "reports" / "gc" / "report.json").read_text())
+    (case,) = doc["cases"]
+    assert case["status"] == "passed", case["attempts"][0]["error"]
+    assert proc.returncode == 0
+
+
 MANAGER = """
 import sys
 from pathlib import Path
@@ -510,19 +529,20 @@ def _passed() -> Attempt:
 def test_environment_paths_modules_and_interpreter_settings_are_put_back() -> None:
     import json as json_module
 
-    fake = type(sys)("harness_fake_module")  # made by hand, never imported
     limit = sys.getrecursionlimit()
     with isolated() as guard:
         os.environ["HARNESS_ISOLATION_PROBE"] = "1"
         sys.path.insert(0, "/nowhere")
         sys.modules["json"] = object()  # type: ignore[assignment]
-        sys.modules["harness_fake_module"] = fake
+        sys.modules["harness_fake_module"] = object()  # type: ignore[assignment]
+        sys.modules["harness_blocked_module"] = None  # type: ignore[assignment]
         sys.setrecursionlimit(limit + 17)
         warnings.simplefilter("error")
     assert "HARNESS_ISOLATION_PROBE" not in os.environ
     assert "/nowhere" not in sys.path
     assert sys.modules["json"] is json_module
     assert "harness_fake_module" not in sys.modules
+    assert "harness_blocked_module" not in sys.modules
     assert sys.getrecursionlimit() == limit
     with pytest.warns(UserWarning, match="not an error"):
         warnings.warn("not an error any more", UserWarning, stacklevel=1)
