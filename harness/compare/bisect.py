@@ -20,7 +20,7 @@ from harness.compare.run import CompareRequest, compare_revisions
 from harness.compare.worktree import git, resolve
 from harness.errors import UsageError
 from harness.fsio import write_json_atomic
-from harness.model import CaseComparison
+from harness.model import CaseComparison, signature_type
 
 BAD_VERDICTS = frozenset({"regression", "new_failure"})
 _NO_BUILD = ("SyntaxError", "IndentationError", "ImportError", "ModuleNotFoundError")
@@ -68,7 +68,7 @@ def _no_build(c: CaseComparison) -> bool:
         return False
     if f.base_failed and not f.base_passed:
         return False
-    return all(s.split(":", 1)[0] in _NO_BUILD for s in f.head_signatures)
+    return all(signature_type(s) in _NO_BUILD for s in f.head_signatures)
 
 
 def bisect(

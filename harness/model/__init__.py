@@ -28,6 +28,7 @@ from harness.model.records import (
     RunReport,
     error_signature,
     exit_code,
+    signature_type,
     stage_samples,
 )
 from harness.model.vocab import (
@@ -95,6 +96,7 @@ __all__ = [
     "json_number",
     "json_safe",
     "number_from_json",
+    "signature_type",
     "stage_samples",
     "worst_verdict",
 ]

@@ -44,6 +44,15 @@ def error_signature(exc_type: str, message: str, where: str = "") -> str:
     return f"{exc_type}@{where}:{digest}" if where else f"{exc_type}:{digest}"
 
 
+def signature_type(signature: str) -> str:
+    """The exception type an :func:`error_signature` was made from.
+
+    >>> signature_type("SyntaxError@tinyav.model:<module>:0123abcd4567")
+    'SyntaxError'
+    """
+    return re.split(r"[@:]", signature, maxsplit=1)[0]
+
+
 @dataclass(frozen=True)
 class ErrorInfo:
     """Why an attempt did not pass. ``signature`` groups equal failures across attempts/sides."""
