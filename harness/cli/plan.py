@@ -37,4 +37,17 @@ def main(args: argparse.Namespace) -> int:
             f"{' fresh_process' if c.fresh_process else ''}{extra}"
         )
     print(f"{len(items)} item(s), {len(suite.errors)} bad case file(s)", file=sys.stderr)
-    return 2 if suite.errors else 0
+    if suite.errors:
+        return 2
+    if not any(item.skip_reason is None for item in items):
+        # The same answer `harness run` would give: nothing would run (exit 5), and why.
+        why = (
+            f"-k {args.keyword!r} matches none of the {len(suite.cases)} case(s)"
+            if args.keyword and not items
+            else "no case selected"
+            if not items
+            else f"all {len(items)} selected item(s) would be skipped"
+        )
+        print(f"nothing would run: {why} (exit 5)", file=sys.stderr)
+        return 5
+    return 0

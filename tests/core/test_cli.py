@@ -391,3 +391,11 @@ def test_case_level_failures_say_why_in_the_reason(project: Path) -> None:
     assert case["status"] == "failed"
     assert "identical_outputs" in case["reason"] and "budget(work)" in case["reason"], case
     assert "outputs differ between attempts: t" in case["reason"]
+
+
+def test_plan_that_selects_nothing_exits_5_like_run(project: Path) -> None:
+    write_cases(project, "ok.toml", 'id = "ok"\nkind = "loader"\ntarget = "tmod:ok"\n')
+    proc = harness(project, "plan", "-k", "nomatch")
+    assert proc.returncode == 5, proc.stderr
+    assert "nothing would run: -k 'nomatch' matches none of the 1 case(s)" in proc.stderr
+    assert harness(project, "plan").returncode == 0
