@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import scipy.stats
 
 from harness.compare.divergence import first_divergence, is_input_like
 from harness.compare.failures import failure_matrix
@@ -16,6 +17,7 @@ from harness.compare.latency import LatencySettings, case_verdict, confirm, deci
 from harness.compare.quality import quality_findings
 from harness.compare.run import CompareRequest
 from harness.compare.saved import compare_reports
+from harness.compare.stats import head_fails_more_p
 from harness.fsio import write_array
 from harness.model import (
     Attempt,
@@ -410,3 +412,25 @@ def test_noise_pairs_the_runs_of_each_round_and_leaves_failed_rounds_out(tmp_pat
     store_noise(path, "cpu", "abc", figures)
     store_noise(path, "cpu", "abc", {"d": {"S": {"noise": 0.1}}})  # merged, not replaced
     assert load_noise(path) == {"c": {"S": 0.0, "total": 0.0}, "d": {"S": 0.1}}
+
+
+# --- failure matrix -------------------------------------------------------------------------------
+
+
+def test_fisher_by_hand_and_against_the_hypergeometric() -> None:
+    # 3 of 6 attempts failed, all on head: 1 of the C(6, 3) ways.
+    assert head_fails_more_p(3, 0, 0, 3) == pytest.approx(0.05)
+    assert head_fails_more_p(0, 3, 3, 0) == pytest.approx(1.0)
+    bp, bf, hp, hf = 18, 2, 11, 9
+    ref = scipy.stats.hypergeom.sf(hf - 1, bp + bf + hp + hf, bf + hf, hp + hf)
+    assert head_fails_more_p(bp, bf, hp, hf) == pytest.approx(float(ref), rel=1e-9)
+    assert head_fails_more_p(5, 1, 5, 1) > 0.5
+
+
+def test_fisher_rejects_bad_counts() -> None:
+    with pytest.raises(ValueError, match="head_failed: expected a non-negative int"):
+        head_fails_more_p(1, 0, 1, -1)
+    with pytest.raises(ValueError, match="base_passed"):
+        head_fails_more_p(1.5, 0, 1, 1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="at least one attempt"):
+        head_fails_more_p(0, 0, 1, 1)

@@ -10,6 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from harness.cases import load_suite
+from harness.cases.plan import build_plan
+from harness.execution.run import Runner, RunOptions
+from harness.model import RunReport
+from harness.platforms.profile import Profile, RetryPolicy
+from harness.report.io import write_run
+
 TARGETS = """
 import ctypes, os, sys, time, urllib.error
 from pathlib import Path
@@ -118,3 +125,60 @@ def write_cases(project: Path, name: str, body: str) -> Path:
     path = project / "cases" / name
     path.write_text(textwrap.dedent(body))
     return path
+
+
+def run_suite(
+    project: Path,
+    *,
+    budget: float | None = None,
+    retries: int = 1,
+    keyword: str | None = None,
+    platforms: tuple[str, ...] = ("cpu",),
+) -> tuple[RunReport, Runner]:
+    suite = load_suite([project / "cases"])
+    assert not suite.errors, suite.errors
+    runner = Runner(
+        RunOptions(
+            profile=Profile(retry=RetryPolicy(retries=retries)),
+            out_root=project / "reports",
+            code_roots=(str(project / "code"),),
+            budget_s=budget,
+            cwd=str(project),
+        )
+    )
+    runner.run_plan(build_plan(suite.cases, list(platforms), keyword))
+    report = runner.finish()
+    write_run(report, runner.run_dir)
+    return report, runner
+
+
+def by_id(report: RunReport) -> dict[str, object]:
+    return {c.id: c for c in report.cases}
+
+
+def workers_alive(workers: Path) -> list[str]:
+    """Command lines of live (not zombie) worker processes of the run whose workers/ is given."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if "harness.worker" in cmd and str(workers) in cmd and state != "Z":
+            found.append(f"{proc.name}: {cmd}")
+    return found
+
+
+def run_plugin(p: pytest.Pytester, *args: str) -> pytest.RunResult:
+    """``pytest harness/`` in a subprocess over the temporary project ``p`` (cases/, code/)."""
+    import harness
+
+    return p.runpytest_subprocess(
+        str(Path(harness.__file__).resolve().parent),
+        *("--harness-cases", "cases", "--harness-code-root", "code"),
+        *("--harness-out", "reports", "-p", "no:cacheprovider", f"--rootdir={p.path}"),
+        *args,
+    )

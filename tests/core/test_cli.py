@@ -11,8 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from corecases import write_cases
-from test_runner_faults import workers_alive
+from corecases import workers_alive, write_cases
 
 from harness.report.schema import validate_report
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from corecases import write_cases
+from corecases import run_plugin, write_cases
 
 import harness
 from harness.cases import load_suite
@@ -92,12 +92,7 @@ def test_plugin_harness_shuffle_collects_the_cases_in_that_order(
     pytester.makeini("[pytest]\n")
     write_cases(pytester.path, "six.toml", SIX)
     want = [f"loader/{i.case.id}[cpu]" for i in shuffle_plan(plan_of(pytester.path), 3)]
-    result = pytester.runpytest_subprocess(
-        PKG,
-        *("--harness-cases", "cases", "--harness-code-root", "code"),
-        *("--harness-out", "reports", "--harness-shuffle", "3"),
-        *("-p", "no:cacheprovider", f"--rootdir={pytester.path}", "-v"),
-    )
+    result = run_plugin(pytester, "--harness-shuffle", "3", "-v")
     result.assert_outcomes(passed=6)
     lines = [ln for ln in result.outlines if " PASSED" in ln]
     assert [next(w for w in want if w in ln) for ln in lines] == want

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from corecases import COLDMOD, TARGETS
+from corecases import COLDMOD, TARGETS, run_plugin
 
 import harness
 
@@ -66,29 +66,13 @@ def suite(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
-def run(p: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return p.runpytest_subprocess(
-        PKG,
-        "--harness-cases",
-        "cases",
-        "--harness-code-root",
-        "code",
-        "--harness-out",
-        "reports",
-        "-p",
-        "no:cacheprovider",
-        f"--rootdir={p.path}",
-        *args,
-    )
-
-
 def reports(p: pytest.Pytester) -> list[dict]:
     runs = sorted(d for d in (p.path / "reports").iterdir() if d.is_dir() and not d.is_symlink())
     return [json.loads((d / "report.json").read_text()) for d in runs]
 
 
 def test_one_item_per_case_and_platform_batched_in_one_worker(suite: pytest.Pytester) -> None:
-    result = run(suite, "-v", "-rs")
+    result = run_plugin(suite, "-v", "-rs")
     result.assert_outcomes(passed=3, failed=1, skipped=1, warnings=1)
     result.stdout.fnmatch_lines(
         [
@@ -108,19 +92,19 @@ def test_one_item_per_case_and_platform_batched_in_one_worker(suite: pytest.Pyte
 
 
 def test_keyword_exitfirst_and_junitxml(suite: pytest.Pytester) -> None:
-    result = run(suite, "-k", "ok and not twice", f"--junitxml={suite.path / 'j.xml'}")
+    result = run_plugin(suite, "-k", "ok and not twice", f"--junitxml={suite.path / 'j.xml'}")
     result.assert_outcomes(passed=1)
     assert 'name="loader/ok[cpu]"' in (suite.path / "j.xml").read_text()
     (doc,) = reports(suite)
     assert [c["id"] for c in doc["cases"]] == ["ok"]  # deselected cases never ran
 
-    result = run(suite, "-x", "-k", "loader", "--harness-out", "reports-x")
+    result = run_plugin(suite, "-x", "-k", "loader", "--harness-out", "reports-x")
     result.assert_outcomes(failed=1)  # bad is first in order and stops the session
     result.stdout.fnmatch_lines(["*stopping after 1 failures*"])
 
 
 def test_xdist_keeps_cases_batched_per_worker(suite: pytest.Pytester) -> None:
-    result = run(suite, "-n", "2")
+    result = run_plugin(suite, "-n", "2")
     result.assert_outcomes(passed=3, failed=1, skipped=1, warnings=1)
     docs = reports(suite)
     assert len(docs) in (1, 2)  # one harness run per xdist worker that got a batch
@@ -134,7 +118,7 @@ def test_xdist_keeps_cases_batched_per_worker(suite: pytest.Pytester) -> None:
 
 def test_bad_case_file_is_one_failing_item(suite: pytest.Pytester) -> None:
     (suite.path / "cases" / "zz.toml").write_text('id = "q"\nkind = "loader"\nseed = "x"\n')
-    result = run(suite, "-k", "casefile or ok")
+    result = run_plugin(suite, "-k", "casefile or ok")
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(["*bad case file:*zz.toml*key 'seed' = 'x'*"])
 
@@ -154,7 +138,7 @@ def test_simulated_items_say_so_and_real_only_skips_them(suite: pytest.Pytester)
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA: nothing is simulated for --harness-platform cuda")
     junit = suite.path / "sim.xml"
-    result = run(suite, "--harness-platform", "cuda", "-k", "ok", f"--junitxml={junit}")
+    result = run_plugin(suite, "--harness-platform", "cuda", "-k", "ok", f"--junitxml={junit}")
     result.assert_outcomes(passed=2, warnings=2)
     result.stdout.fnmatch_lines(
         [
@@ -165,7 +149,8 @@ def test_simulated_items_say_so_and_real_only_skips_them(suite: pytest.Pytester)
     xml = junit.read_text()
     assert '<property name="simulated" value="true"' in xml, xml
 
-    result = run(suite, "--harness-platform", "cuda", "-k", "ok", "--harness-real-only", "-rs")
+    real_only = ("--harness-platform", "cuda", "-k", "ok", "--harness-real-only", "-rs")
+    result = run_plugin(suite, *real_only)
     result.assert_outcomes(skipped=2)
     result.stdout.fnmatch_lines(["*SKIPPED*--harness-real-only: simulated: cuda is not available*"])
 
@@ -182,7 +167,7 @@ def test_interrupted_session_writes_interrupted_report(suite: pytest.Pytester) -
         "        signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "        os.kill(os.getpid(), signal.SIGINT)\n"
     )
-    result = run(suite, "-k", "loader", "-p", "interrupter")
+    result = run_plugin(suite, "-k", "loader", "-p", "interrupter")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     (doc,) = reports(suite)
     assert doc["interrupted"] is True
