@@ -130,9 +130,15 @@ def case_verdict(stages: Sequence[StageLatency]) -> str:
 
 
 def confirm(
-    detection: Sequence[StageLatency], confirmation: Sequence[StageLatency] | None
+    detection: Sequence[StageLatency],
+    confirmation: Sequence[StageLatency] | None,
+    *,
+    no_batch: str = "no rounds were left to confirm it",
 ) -> list[StageLatency]:
-    """Each detected regression becomes ``suspect`` unless the fresh batch found it again."""
+    """Each detected regression becomes ``suspect`` unless the fresh batch found it again.
+
+    Without a ``confirmation`` batch every regression is ``suspect``, ``no_batch`` saying why.
+    """
     again = {s.stage: s for s in confirmation or ()}
     out = []
     for s in detection:
@@ -144,7 +150,7 @@ def confirm(
             out.append(replace(s, confirmation="regression"))
             continue
         why = (
-            "no rounds were left to confirm it"
+            no_batch
             if fresh is None
             else f"the fresh batch says {fresh.reason or fresh.verdict}"
         )

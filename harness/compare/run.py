@@ -23,7 +23,7 @@ from typing import Any
 
 from harness.cases import PlanItem, build_plan, load_suite
 from harness.compare.judge import judge_case
-from harness.compare.latency import LatencySettings, decide_stages
+from harness.compare.latency import LatencySettings, confirm, decide_stages
 from harness.compare.noise import calibrate, load_noise, noise_path, store_noise
 from harness.compare.session import Session
 from harness.compare.worktree import Checkouts, resolve
@@ -273,7 +273,13 @@ def compare_revisions(
     for item in items:
         b, h = _find(reports["base"], item), _find(reports["head"], item)
         if aa:
-            stages = decide_stages(b.attempts, h.attempts, latency, case=item.name)
+            # one revision against itself: a detection is the rule's false alarm at this
+            # runner's noise, never a regression (DESIGN: unconfirmed is ``suspect``)
+            stages = confirm(
+                decide_stages(b.attempts, h.attempts, latency, case=item.name),
+                None,
+                no_batch="an A/A run compares one revision with itself, so this is runner noise",
+            )
         elif item.name in session.states:
             stages = session.states[item.name].stages()
         else:

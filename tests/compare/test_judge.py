@@ -332,7 +332,9 @@ def test_an_unconfirmed_regression_is_suspect() -> None:
     (sus,) = confirm([found], [StageLatency("S", "no_change", reason="fresh")])
     assert sus.verdict == "suspect" and "not confirmed" in (sus.reason or "")
     (gone,) = confirm([found], None)
-    assert gone.verdict == "suspect"
+    assert gone.verdict == "suspect" and "no rounds were left" in (gone.reason or "")
+    (aa,) = confirm([found], None, no_batch="an A/A run")
+    assert aa.verdict == "suspect" and aa.reason == "r; not confirmed: an A/A run"
     assert case_verdict([sus, StageLatency("T", "inconclusive")]) == "suspect"
 
 
