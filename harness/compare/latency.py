@@ -149,11 +149,7 @@ def confirm(
         if fresh is not None and fresh.verdict == "regression":
             out.append(replace(s, confirmation="regression"))
             continue
-        why = (
-            no_batch
-            if fresh is None
-            else f"the fresh batch says {fresh.reason or fresh.verdict}"
-        )
+        why = no_batch if fresh is None else f"the fresh batch says {fresh.reason or fresh.verdict}"
         out.append(
             replace(
                 s,
