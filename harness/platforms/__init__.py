@@ -1,91 +1,32 @@
-"""Platform registry: can this machine really run platform X, or would it be simulated?
+"""Platform registry: one module per platform behind :class:`~harness.platforms.base.Platform`.
 
-Each platform is a one-method probe (``available() -> (bool, detail)``) run inside a worker,
-where torch is already imported. A platform that is not really there is still runnable (the
-target sees ``probe.platform()`` and takes that platform's code paths on the CPU), but every
-result is labelled ``simulated``: a CUDA pass on a machine without CUDA is never reported as a
-CUDA pass.
+A platform that is not really there is still runnable: the attempt runs on the CPU while
+presenting that platform's :class:`~harness.platforms.base.Identity` (architecture, FP8 flavour,
+capabilities) to the harness and, through the probe, to the target; every such result is
+labelled ``simulated``, so a CUDA pass on a machine without CUDA is never reported as one.
 
-The full platform layer (per-platform synchronization, device selection, HIP/NPU policy) comes
-with the platforms work; this module is its seam.
+Detection imports torch (or the vendor module) lazily: ``import harness.platforms`` stays light.
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable
+from harness.platforms import cpu, cuda, hip, mps, npu, xpu
+from harness.platforms.base import CAPABILITIES, Detection, Identity, Platform
 
-Probe = Callable[[], tuple[bool, str]]
+__all__ = [
+    "CAPABILITIES",
+    "REGISTRY",
+    "Detection",
+    "Identity",
+    "Platform",
+    "check",
+    "get",
+    "names",
+    "resolve_identity",
+]
 
-
-def _torch() -> object | None:
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch
-
-
-def _cpu() -> tuple[bool, str]:
-    return True, "the CPU is always there"
-
-
-def _cuda() -> tuple[bool, str]:
-    torch = _torch()
-    if torch is None:
-        return False, "torch is not installed"
-    if getattr(torch.version, "hip", None):  # type: ignore[attr-defined]
-        return False, f"this torch is a ROCm/HIP build ({torch.version.hip})"  # type: ignore[attr-defined]
-    if not torch.cuda.is_available():  # type: ignore[attr-defined]
-        return False, "torch.cuda.is_available() is False"
-    return True, torch.cuda.get_device_name(0)  # type: ignore[attr-defined]
-
-
-def _hip() -> tuple[bool, str]:
-    torch = _torch()
-    if torch is None:
-        return False, "torch is not installed"
-    if not getattr(torch.version, "hip", None):  # type: ignore[attr-defined]
-        return False, "this torch is not a ROCm/HIP build"
-    if not torch.cuda.is_available():  # type: ignore[attr-defined]
-        return False, "torch.cuda.is_available() is False on this HIP build"
-    return True, torch.cuda.get_device_name(0)  # type: ignore[attr-defined]
-
-
-def _backend(attr: str, module: str | None = None) -> Probe:
-    def probe() -> tuple[bool, str]:
-        torch = _torch()
-        if torch is None:
-            return False, "torch is not installed"
-        if module is not None and module not in sys.modules:
-            try:
-                __import__(module)
-            except ImportError:
-                return False, f"{module} is not installed"
-        backend = getattr(torch, attr, None)
-        if backend is None or not backend.is_available():
-            return False, f"torch.{attr}.is_available() is False"
-        return True, f"torch.{attr} is available"
-
-    return probe
-
-
-def _mps() -> tuple[bool, str]:
-    torch = _torch()
-    if torch is None:
-        return False, "torch is not installed"
-    if not torch.backends.mps.is_available():  # type: ignore[attr-defined]
-        return False, "torch.backends.mps.is_available() is False"
-    return True, "Apple MPS"
-
-
-REGISTRY: dict[str, Probe] = {
-    "cpu": _cpu,
-    "cuda": _cuda,
-    "hip": _hip,
-    "npu": _backend("npu", "torch_npu"),
-    "xpu": _backend("xpu"),
-    "mps": lambda: _mps(),
+REGISTRY: dict[str, Platform] = {
+    m.PLATFORM.name: m.PLATFORM for m in (cpu, cuda, hip, npu, xpu, mps)
 }
 
 
@@ -95,13 +36,46 @@ def names() -> tuple[str, ...]:
     return tuple(REGISTRY)
 
 
+def get(name: str) -> Platform:
+    """The platform called ``name``; a KeyError that lists the known names otherwise."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        known = ", ".join(sorted(REGISTRY))
+        raise KeyError(f"unknown platform '{name}' (known: {known})") from None
+
+
+def detect(name: str) -> Detection:
+    """Whether ``name`` is really present here; a broken driver is "not available" with its
+    message, never an exception."""
+    try:
+        plat = get(name)
+    except KeyError as exc:
+        return Detection(False, str(exc.args[0]))
+    try:
+        return plat.detect()
+    except Exception as exc:
+        return Detection(False, f"{type(exc).__name__}: {exc}")
+
+
 def check(platform: str) -> tuple[bool, str]:
     """Whether ``platform`` is really present here, and a one-line detail that says why."""
-    probe = REGISTRY.get(platform)
-    if probe is None:
-        known = ", ".join(sorted(REGISTRY))
-        return False, f"unknown platform '{platform}' (known: {known})"
-    try:
-        return probe()
-    except Exception as exc:  # a broken driver is "not available", with its message
-        return False, f"{type(exc).__name__}: {exc}"
+    d = detect(platform)
+    return d.available, d.reason
+
+
+def resolve_identity(platform: str, arch: str | None = None) -> Identity:
+    """What an attempt on ``platform`` runs as here: the real devices when the platform is
+    detected, otherwise its simulated identity for ``arch`` (the platform's default when None)
+    with the reason it is simulated."""
+    d = detect(platform)
+    plat = get(platform)
+    if d.available:
+        try:
+            return plat.identity()
+        except Exception as exc:
+            reason = f"detected, but reading its identity failed: {type(exc).__name__}: {exc}"
+            return plat.simulated_identity(arch, reason=f"simulated: {reason}")
+    return plat.simulated_identity(
+        arch, reason=f"simulated: {platform} is not available here ({d.reason})"
+    )
