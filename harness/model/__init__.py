@@ -31,6 +31,14 @@ from harness.model.records import (
     signature_type,
     stage_samples,
 )
+from harness.model.shard import (
+    MISSING_CAUSES,
+    MergedShard,
+    MissingCase,
+    MissingCause,
+    PlannedCase,
+    ShardInfo,
+)
 from harness.model.vocab import (
     FAILING,
     FRAME_MODES,
@@ -59,6 +67,7 @@ __all__ = [
     "FAILING",
     "FRAME_MODES",
     "KINDS",
+    "MISSING_CAUSES",
     "OPS",
     "ORDERING_OPS",
     "POLICIES",
@@ -79,9 +88,14 @@ __all__ = [
     "FrameSpec",
     "Kind",
     "LoadError",
+    "MergedShard",
+    "MissingCase",
+    "MissingCause",
+    "PlannedCase",
     "Policy",
     "QualityFinding",
     "RunReport",
+    "ShardInfo",
     "Side",
     "SideInfo",
     "StageLatency",

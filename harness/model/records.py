@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from harness.model.shard import INCOMPLETE_CAUSES, MergedShard, MissingCase, ShardInfo
 from harness.model.vocab import (
     FAILING,
     STATUSES,
@@ -290,6 +291,11 @@ class RunReport:
     # Harness faults (a worker protocol violation, a bug in the harness): the run is incomplete.
     infra_errors: tuple[str, ...] = ()
     schema_version: int = SCHEMA_VERSION
+    # Sharded runs (harness run --shard, harness merge): the plan this report is part of, the
+    # planned cases it has no result for (and why), and, merged, the shard reports it joins.
+    shard: ShardInfo | None = None
+    missing: tuple[MissingCase, ...] = ()
+    merged_from: tuple[MergedShard, ...] = ()
 
     def counts(self) -> dict[str, int]:
         out = dict.fromkeys(STATUSES, 0)
@@ -312,6 +318,11 @@ class RunReport:
             "load_errors": [e.to_json() for e in self.load_errors],
             "infra_errors": list(self.infra_errors),
             "cases": [c.to_json() for c in self.cases],
+            **({"shard": self.shard.to_json()} if self.shard is not None else {}),
+            **({"missing": [m.to_json() for m in self.missing]} if self.missing else {}),
+            **(
+                {"merged_from": [m.to_json() for m in self.merged_from]} if self.merged_from else {}
+            ),
         }
 
     @classmethod
@@ -329,12 +340,21 @@ class RunReport:
             load_errors=tuple(LoadError.from_json(e) for e in d.get("load_errors", [])),
             infra_errors=tuple(str(e) for e in d.get("infra_errors", [])),
             schema_version=d.get("schema_version", SCHEMA_VERSION),
+            shard=ShardInfo.from_json(d["shard"]) if d.get("shard") else None,
+            missing=tuple(MissingCase.from_json(m) for m in d.get("missing", [])),
+            merged_from=tuple(MergedShard.from_json(m) for m in d.get("merged_from", [])),
         )
 
     @property
     def complete(self) -> bool:
-        """False when the run was interrupted or the harness itself failed somewhere."""
-        return not self.interrupted and not self.infra_errors
+        """False when the run was interrupted, the harness itself failed somewhere, or a
+        planned case has no result nobody can explain by a failure (a shard report absent, a
+        shard that did not report a case)."""
+        return (
+            not self.interrupted
+            and not self.infra_errors
+            and not any(m.cause in INCOMPLETE_CAUSES for m in self.missing)
+        )
 
 
 def stage_samples(attempts: Iterable[Attempt]) -> dict[str, list[float]]:
@@ -352,13 +372,15 @@ def stage_samples(attempts: Iterable[Attempt]) -> dict[str, list[float]]:
 
 def exit_code(report: RunReport) -> int:
     """DESIGN's exit codes: 2 input error, 3 infrastructure or incomplete, 1 a failure,
-    5 nothing ran, 7 only flaky, 0 clean."""
+    5 nothing ran, 7 only flaky, 0 clean. A missing planned case is never a pass: one whose
+    shard is absent or unreported makes the run incomplete (3); one not run after a failure
+    (``--fail-fast``) or a declined budget is a failure of the run (1)."""
     statuses = {c.status for c in report.cases}
     if report.load_errors:
         return 2
     if not report.complete:
         return 3
-    if statuses & (FAILING | {"budget_declined"}):
+    if statuses & (FAILING | {"budget_declined"}) or report.missing:
         return 1
     if not any(c.attempts for c in report.cases):
         return 5
