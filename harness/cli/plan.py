@@ -1,41 +1,70 @@
-"""``harness plan``: show what ``harness run`` would run, without running it."""
+"""``harness plan``: show what ``harness run`` would run, without running it; with
+``--shards N``, how the cases split over N CI machines by expected duration."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from harness.cases import build_plan
+from harness.cases.shard import ShardPlan, check_shard_count
+from harness.cli.sharding import add_split_args, shard_plan
 from harness.cli.suite import add_suite_args, load, platforms
 from harness.platforms.profile import resolve_profile
+
+PLAN_EXAMPLE = """\
+examples:
+  harness plan cases/ -k loader
+  harness plan --shards 4 --durations reports/latest      # per shard: cases, expected seconds
+  harness plan --shards 4 --durations reports/latest --json
+"""
 
 
 def add_parser(sub: Any) -> None:
     plan = sub.add_parser(
         "plan",
         help="show what `harness run` would run, without running it",
-        epilog="example:\n  harness plan cases/ -k loader",
+        epilog=PLAN_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_suite_args(plan)
+    plan.add_argument(
+        "--shards",
+        type=int,
+        metavar="N",
+        help="split the cases over N CI machines by expected duration (run one part with "
+        "`harness run --shard i/N` and the same options)",
+    )
+    add_split_args(plan)
+    plan.add_argument("--json", action="store_true", help="with --shards: the split as JSON")
     plan.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.shards is not None:
+        check_shard_count(args.shards)
     profile = resolve_profile(args.runner, Path("runners"))
     suite = load(args.paths)
     for err in suite.errors:
         print(f"error: {err}", file=sys.stderr)
     items = build_plan(suite.cases, platforms(args, profile.platform), args.keyword)
-    for item in items:
-        c = item.case
-        extra = f"  (skipped: {item.skip_reason})" if item.skip_reason else ""
-        print(
-            f"{item.name}  repeats={c.repeats} warmup={c.warmup} seed={c.seed}"
-            f"{' fresh_process' if c.fresh_process else ''}{extra}"
-        )
+    if args.shards is not None:
+        split = shard_plan(args, items, args.shards)
+        if args.json:
+            print(json.dumps(split_json(split), indent=2))
+        else:
+            print_split(split)
+    else:
+        for item in items:
+            c = item.case
+            extra = f"  (skipped: {item.skip_reason})" if item.skip_reason else ""
+            print(
+                f"{item.name}  repeats={c.repeats} warmup={c.warmup} seed={c.seed}"
+                f"{' fresh_process' if c.fresh_process else ''}{extra}"
+            )
     print(f"{len(items)} item(s), {len(suite.errors)} bad case file(s)", file=sys.stderr)
     if suite.errors:
         return 2
@@ -51,3 +80,57 @@ def main(args: argparse.Namespace) -> int:
         print(f"nothing would run: {why} (exit 5)", file=sys.stderr)
         return 5
     return 0
+
+
+def split_json(split: ShardPlan) -> dict[str, Any]:
+    loads = split.loads()
+    return {
+        "count": split.count,
+        "by": split.by,
+        "plan_digest": split.digest,
+        "total_s": round(sum(loads), 6),
+        "ideal_s": round(split.ideal_s(), 6),
+        "estimated": sum(1 for e in split.expected if e.estimate is not None),
+        "shards": [
+            {
+                "index": index,
+                "expected_s": round(loads[index - 1], 6),
+                "cases": [
+                    {
+                        "name": it.name,
+                        "id": it.case.id,
+                        "kind": it.case.kind,
+                        "platform": it.platform,
+                        "expected_s": round(e.seconds, 6),
+                        "estimate": e.estimate,
+                    }
+                    for it, e, s in zip(split.items, split.expected, split.shard_of, strict=True)
+                    if s == index
+                ],
+            }
+            for index in range(1, split.count + 1)
+        ],
+    }
+
+
+def print_split(split: ShardPlan) -> None:
+    loads = split.loads()
+    for index in range(1, split.count + 1):
+        members = [
+            (it, e)
+            for it, e, s in zip(split.items, split.expected, split.shard_of, strict=True)
+            if s == index
+        ]
+        print(f"shard {index}/{split.count}: {len(members)} case(s), {loads[index - 1]:.2f} s")
+        for it, e in members:
+            how = f"  (estimated: {e.estimate})" if e.estimate else ""
+            print(f"  {it.name}  {e.seconds:.2f} s{how}")
+    estimated = sum(1 for e in split.expected if e.estimate is not None)
+    longest = max(loads, default=0.0)
+    ideal = split.ideal_s()
+    ratio = f", {longest / ideal:.3f} x ideal" if ideal > 0 else ""
+    print(
+        f"{split.count} shard(s) by {split.by}: longest {longest:.2f} s, ideal {ideal:.2f} s"
+        f"{ratio}; {estimated} of {len(split.items)} case duration(s) estimated; "
+        f"plan {split.digest}"
+    )

@@ -1,0 +1,39 @@
+"""What ``plan --shards`` and ``run --shard`` share: the options that fix a split, and the split.
+
+Every CI machine computes the split on its own, so each must be given the same options: the
+same cases, ``-k`` and platforms, the same ``--durations`` files and ``--shard-by`` rule.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+from harness.cases import PlanItem
+from harness.cases.shard import BATCH_RULES, ShardPlan, recorded_durations, split
+from harness.report.io import read_report
+
+
+def add_split_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--durations",
+        action="append",
+        type=Path,
+        default=None,
+        metavar="REPORT",
+        help="a previous report.json (or run folder) whose attempt seconds set the expected "
+        "duration of each case (repeatable; cases it lacks are estimated, and the plan says how)",
+    )
+    p.add_argument(
+        "--shard-by",
+        choices=BATCH_RULES,
+        default="case",
+        help="what stays together on one shard: a case with its repeats (default), every case "
+        "of one case file, or every case of one kind",
+    )
+
+
+def shard_plan(args: argparse.Namespace, items: Sequence[PlanItem], count: int) -> ShardPlan:
+    reports = [read_report(path) for path in args.durations or ()]
+    return split(items, count, recorded_durations(reports), by=args.shard_by)
