@@ -10,6 +10,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from harness.cli.sharding import add_split_args
 from harness.cli.suite import add_suite_args
 from harness.errors import UsageError
 
@@ -22,6 +23,7 @@ examples:
   harness run cases/pipeline -k "int8 and not ref" --repeats 3
   harness run --runner h100 --budget 1500 --out reports/
   harness run --shuffle 1234                   # same cases, a seeded random order
+  harness run --shard 2/4 --durations prev/report.json --fail-fast   # one CI machine's part
 """
 
 
@@ -76,6 +78,19 @@ def add_parser(sub: Any) -> None:
         help="run the cases in a random order drawn from SEED (each case's attempts stay "
         "together), to check that no result depends on the cases before it",
     )
+    run.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="run only part I of the plan split over N machines by expected duration "
+        "(1-based; see `harness plan --shards N`); merge the parts with `harness merge`",
+    )
+    add_split_args(run)
+    run.add_argument(
+        "--fail-fast",
+        action="store_true",
+        help="stop starting cases after the first failed, error, timeout or crashed one; "
+        "the report lists the cases not run, with why",
+    )
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     run.set_defaults(func=main)
 
@@ -85,7 +100,9 @@ def main(args: argparse.Namespace) -> int:
     # path) stays free of numpy and torch.
     from harness.cases import build_plan
     from harness.cases.plan import shuffle_plan
+    from harness.cases.shard import parse_shard_spec
     from harness.cli.progress import ProgressDisplay
+    from harness.cli.sharding import shard_plan
     from harness.cli.suite import load, platforms
     from harness.execution.run import Runner, RunOptions
     from harness.model import exit_code
@@ -93,6 +110,7 @@ def main(args: argparse.Namespace) -> int:
     from harness.report.io import write_run
 
     _check_args(args)
+    shard_spec = parse_shard_spec(args.shard) if args.shard is not None else None
     references = args.references if args.references is not None else Path("references")
     profile = resolve_profile(args.runner, Path("runners"))
     suite = load(args.paths)
@@ -101,6 +119,16 @@ def main(args: argparse.Namespace) -> int:
     items = build_plan(suite.cases, platforms(args, profile.platform), args.keyword)
     if args.shuffle is not None:
         items = shuffle_plan(items, args.shuffle)
+    shard = None
+    if shard_spec is not None:
+        split = shard_plan(args, items, shard_spec[1])
+        shard = split.info(shard_spec[0])
+        items = split.items_of(shard_spec[0])
+        print(
+            f"shard {shard.label}: {len(items)} of {len(split.items)} item(s), "
+            f"expected {split.loads()[shard_spec[0] - 1]:.2f} s, plan {split.digest}",
+            file=sys.stderr,
+        )
     code_roots = args.code_roots or (["targets/tinyav"] if Path("targets/tinyav").is_dir() else [])
     display = ProgressDisplay(len(items), live=False if args.quiet else None)
     runner = Runner(
@@ -117,6 +145,8 @@ def main(args: argparse.Namespace) -> int:
             cwd=str(Path.cwd()),
             progress=None if args.quiet else display.line,
             item_progress=None if args.quiet else display.item,
+            fail_fast=args.fail_fast,
+            shard=shard,
         )
     )
     order = f", shuffled with seed {args.shuffle}" if args.shuffle is not None else ""
@@ -167,6 +197,8 @@ def main(args: argparse.Namespace) -> int:
                     f"  warning  {c.name} {check.name}: {check.reason or check.value}",
                     file=sys.stderr,
                 )
+    for m in report.missing:
+        print(f"  missing  {m.name}: {m.reason}", file=sys.stderr)
     for fault in report.infra_errors:
         print(f"  harness  {fault}", file=sys.stderr)
     code = exit_code(report)

@@ -25,7 +25,17 @@ from harness.execution.pool import WorkerPool
 from harness.execution.retry import Budget, with_retries
 from harness.execution.schedule import Linear, Unit
 from harness.fsio import slug
-from harness.model import Attempt, CaseResult, ErrorInfo, LoadError, RunReport, Side
+from harness.model import (
+    FAILING,
+    Attempt,
+    CaseResult,
+    ErrorInfo,
+    LoadError,
+    MissingCase,
+    RunReport,
+    ShardInfo,
+    Side,
+)
 from harness.platforms.profile import Profile, RetryPolicy
 
 Progress = Callable[[str], None]
@@ -50,6 +60,11 @@ class RunOptions:
     write_latest: bool = True
     progress: Progress | None = None
     item_progress: ItemProgress | None = None
+    # Stop starting cases after the first one that fails (failed, error, timeout, crashed);
+    # the cases not run are recorded in the report's ``missing`` with the reason.
+    fail_fast: bool = False
+    # Which part of a sharded plan this run is (harness run --shard i/N), recorded as is.
+    shard: ShardInfo | None = None
 
 
 def new_run_id() -> str:
@@ -104,6 +119,8 @@ class Runner:
         self.stop_requested = False
         self.interrupted = False
         self.harness_errors: list[str] = []
+        self.missing: list[MissingCase] = []
+        self.failed_fast: str | None = None  # the case after whose failure --fail-fast stopped
 
     @property
     def infra_errors(self) -> list[str]:
@@ -178,6 +195,8 @@ class Runner:
             return self._keep(skipped(item, item.skip_reason, side=self.side))
         if self.stop_requested:
             return self._keep(skipped(item, "not run: run interrupted", side=self.side))
+        if self.failed_fast is not None:
+            return self._not_run(item)
         schedule = Linear([item], repeats=self.options.repeats, side=self.side)
         attempts: list[Attempt] = []
         try:
@@ -231,7 +250,29 @@ class Runner:
 
     def _keep(self, result: CaseResult) -> CaseResult:
         self.results.append(result)
+        if self.options.fail_fast and self.failed_fast is None and result.status in FAILING:
+            self.failed_fast = result.name
+            self._say(f"--fail-fast: {result.name} {result.status}; not starting further cases")
         return result
+
+    def _not_run(self, item: PlanItem) -> CaseResult:
+        """A case --fail-fast did not start: recorded as missing (no result in the report);
+        the skipped result returned is for callers that need one per item (the pytest plugin)."""
+        shard = self.options.shard
+        where = f"shard {shard.label} " if shard is not None else ""
+        reason = f"not run: {where}stopped after {self.failed_fast} failed (--fail-fast)"
+        self.missing.append(
+            MissingCase(
+                id=item.case.id,
+                kind=item.case.kind,
+                platform=item.platform,
+                reason=reason,
+                cause="fail_fast",
+                shard=shard.index if shard is not None else None,
+                source=item.case.source,
+            )
+        )
+        return skipped(item, reason, side=self.side)
 
     # -- the run ---------------------------------------------------------------------------------
 
@@ -239,7 +280,7 @@ class Runner:
         out = []
         try:
             for i, item in enumerate(items, 1):
-                if self.options.item_progress is not None:
+                if self.options.item_progress is not None and self.failed_fast is None:
                     self.options.item_progress(i, len(items), item.name)
                 out.append(self.run_item(item))
         except KeyboardInterrupt:
@@ -248,6 +289,7 @@ class Runner:
             self.stop_requested = True
             self.executor.close()
             done = {(r.id, r.platform) for r in self.results}
+            done |= {(m.id, m.platform) for m in self.missing}
             by_item: dict[tuple[str, str], list[Attempt]] = {}
             for a in self.all_attempts:
                 by_item.setdefault((a.case_id, a.platform), []).append(a)
@@ -292,6 +334,8 @@ class Runner:
             budget_s=self.budget.total_s,
             load_errors=tuple(LoadError(e.path, str(e)) for e in load_errors),
             infra_errors=tuple(self.infra_errors),
+            shard=self.options.shard,
+            missing=tuple(self.missing),
         )
 
 

@@ -22,6 +22,12 @@ import pytest
 
 from harness.pytest_plugin.compare import COMPARE_KEY, ComparisonItem
 from harness.pytest_plugin.options import _opt_path, _root
+from harness.pytest_plugin.shard import (
+    SHARD_KEY,
+    add_shard_options,
+    check_shard_option,
+    select_shard,
+)
 
 if TYPE_CHECKING:
     from harness.cases.plan import PlanItem
@@ -116,6 +122,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="turn results on simulated platforms into skips that say why",
     )
+    add_shard_options(group)
 
 
 def _is_harness_package(path: Path) -> bool:
@@ -132,6 +139,7 @@ def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Col
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    check_shard_option(config)
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistBatches(), "harness-xdist-batches")
 
@@ -158,7 +166,8 @@ class CaseSuite(pytest.Directory):
             item_class = ComparisonItem
         plan = build_plan(suite.cases, platforms)
         seed = config.getoption("harness_shuffle")
-        for plan_item in plan if seed is None else shuffle_plan(plan, seed):
+        plan = plan if seed is None else shuffle_plan(plan, seed)
+        for plan_item in select_shard(config, plan):
             yield item_class.from_parent(self, name=plan_item.name, plan_item=plan_item)
 
 
@@ -299,6 +308,8 @@ class _BatchState:
                 argv=("pytest", *config.invocation_params.args),
                 cwd=str(root),
                 write_latest=worker_id is None,
+                fail_fast=bool(config.getoption("harness_fail_fast")),
+                shard=config.stash.get(SHARD_KEY, None),
             )
         )
 
