@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from harness.cli import bisect, compare, plan, refs, report, run
+from harness.cli import bisect, compare, merge, plan, refs, report, run
 from harness.errors import HarnessError
 
 EXAMPLES = """\
@@ -20,6 +20,8 @@ examples:
   harness run cases/pipeline -k "int8 and not ref" --repeats 3
   harness compare --base main --head HEAD -k t2va-int8
   harness plan cases/ -k loader
+  harness plan --shards 4 --durations reports/latest   # then: harness run --shard 2/4 ...
+  harness merge shard-*/ --out reports/merged
   harness refs verify
 """
 
@@ -40,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in (run, compare, bisect, plan, report):
+    for module in (run, compare, bisect, plan, report, merge):
         module.add_parser(sub)
     refs.add_parser(sub)
     return parser

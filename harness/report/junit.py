@@ -26,7 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from harness.fsio import write_atomic
-from harness.model import FAILING, Attempt, CaseResult, CheckResult, RunReport, fmt_number
+from harness.model import (
+    FAILING,
+    Attempt,
+    CaseResult,
+    CheckResult,
+    MissingCase,
+    RunReport,
+    fmt_number,
+)
 from harness.report.text import explain_checks
 
 __all__ = ["write_junit", "xml_safe"]
@@ -68,9 +76,10 @@ def _suite(report: RunReport) -> ET.Element:
         "testsuite",
         _attrs(
             name="harness",
-            tests=len(report.cases),
+            tests=len(report.cases) + len(report.missing),
             failures=sum(counts[s] for s in _FAILURE_STATUSES),
-            errors=sum(counts[s] for s in _ERROR_STATUSES),
+            # A planned case with no result (missing) is an error, never a pass or a skip.
+            errors=sum(counts[s] for s in _ERROR_STATUSES) + len(report.missing),
             skipped=counts["skipped"],
             time=_secs(sum(times)),
             timestamp=report.started_at,
@@ -88,7 +97,17 @@ def _suite(report: RunReport) -> ET.Element:
     _properties(suite, props)
     for case, secs in zip(report.cases, times, strict=True):
         suite.append(_testcase(case, secs))
+    for missing in report.missing:
+        suite.append(_missing_testcase(missing))
     return suite
+
+
+def _missing_testcase(m: MissingCase) -> ET.Element:
+    """A planned case that has no result: an ``<error type="missing">`` saying why."""
+    tc = ET.Element("testcase", _attrs(classname=m.kind, name=m.name, time=_secs(0.0)))
+    _properties(tc, {"platform": m.platform, "status": "missing", "shard": m.shard})
+    _sub(tc, "error", message=f"missing: {m.reason}", type="missing").text = xml_safe(m.reason)
+    return tc
 
 
 def _testcase(case: CaseResult, secs: float) -> ET.Element:

@@ -59,4 +59,7 @@ def summary_markdown(report: RunReport) -> str:
     ]
     if not_run:
         lines += ["", "Checks not run:", *not_run]
+    if report.missing:
+        lines += ["", f"Missing ({len(report.missing)} planned case(s) without a result):"]
+        lines += [f"- {_code(m.name, table=False)}: {_one_line(m.reason)}" for m in report.missing]
     return "\n".join(lines) + "\n"

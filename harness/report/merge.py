@@ -1,0 +1,213 @@
+"""Merge the reports of a sharded run into one run report, and check its coverage.
+
+Every shard report (``harness run --shard i/N``) carries the whole plan and its digest, so the
+merge checks, without any other input, that the shards were cut from one plan (same digest),
+that no shard is given twice and no case is reported twice, and that every planned case has a
+result, or is listed in ``missing`` with the reason: its shard's report was not found, the
+shard stopped early (``--fail-fast``), or the shard's report has no result for it.
+
+Example::
+
+    merged = merge_reports([("ci/shard-1", read_report(...)), ("ci/shard-2", read_report(...))])
+    write_run(merged, Path("reports/merged"), latest=False)
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+from harness.errors import InputError
+from harness.model import (
+    CaseResult,
+    LoadError,
+    MergedShard,
+    MissingCase,
+    PlannedCase,
+    RunReport,
+    ShardInfo,
+)
+
+__all__ = ["copy_outputs", "merge_reports"]
+
+
+def _check_consistent(shards: Sequence[tuple[str, RunReport]]) -> list[tuple[str, ShardInfo]]:
+    """Each report is a shard of one plan, each shard given once; the infos, by shard index."""
+    if not shards:
+        raise InputError("merge: no shard report given")
+    infos: list[tuple[str, ShardInfo]] = []
+    for path, report in shards:
+        if report.shard is None:
+            raise InputError(
+                f"{path}: report {report.run_id} is not a shard report (no 'shard' key); "
+                "merge joins the reports of `harness run --shard i/N`"
+            )
+        if report.shard.index is None:
+            raise InputError(
+                f"{path}: report {report.run_id} is already a merged report; merge the shard "
+                "reports it came from instead"
+            )
+        infos.append((path, report.shard))
+    by_digest: dict[tuple[str, int, str], list[str]] = {}
+    for path, info in infos:
+        by_digest.setdefault((info.digest, info.count, info.by), []).append(path)
+    if len(by_digest) > 1:
+        plans = "; ".join(
+            f"{', '.join(paths)}: {count} shard(s) by {by}, plan {digest}"
+            for (digest, count, by), paths in by_digest.items()
+        )
+        raise InputError(
+            f"merge: the shard reports come from different plans ({plans}); every shard must "
+            "be run with the same cases, -k, platforms, --shards count, --shard-by and "
+            "--durations"
+        )
+    seen: dict[int, str] = {}
+    for path, info in infos:
+        assert info.index is not None
+        if info.index in seen:
+            raise InputError(
+                f"merge: shard {info.label} given twice: {seen[info.index]} and {path}"
+            )
+        seen[info.index] = path
+    return sorted(infos, key=lambda pi: pi[1].index or 0)
+
+
+def _shard_cases(
+    path: str, report: RunReport, info: ShardInfo, owner: dict[str, str]
+) -> dict[str, CaseResult]:
+    """The report's results by case name, each checked against the plan and the others."""
+    planned = {p.name: p for p in info.plan}
+    out: dict[str, CaseResult] = {}
+    for case in report.cases:
+        p = planned.get(case.name)
+        if p is None:
+            raise InputError(
+                f"{path}: shard {info.label} has a result for {case.name}, which is not in the "
+                f"plan {info.digest}"
+            )
+        if case.name in owner or case.name in out:
+            other = owner.get(case.name, path)
+            raise InputError(
+                f"merge: {case.name} is reported twice, by {other} and {path}; overlapping "
+                "shards cannot be merged"
+            )
+        if p.shard != info.index:
+            raise InputError(
+                f"{path}: shard {info.label} has a result for {case.name}, which the plan puts "
+                f"on shard {p.shard}/{info.count}"
+            )
+        out[case.name] = case
+    return out
+
+
+def _missing(p: PlannedCase, count: int, reason: str, cause: str) -> MissingCase:
+    return MissingCase(
+        id=p.id,
+        kind=p.kind,
+        platform=p.platform,
+        reason=reason,
+        cause=cause,  # type: ignore[arg-type]
+        shard=p.shard,
+        source=p.source,
+    )
+
+
+def merge_reports(
+    shards: Sequence[tuple[str, RunReport]],
+    *,
+    run_id: str = "merged",
+    argv: Sequence[str] = (),
+) -> RunReport:
+    """One run report from shard reports (``(path, report)`` pairs; the path names the shard
+    in messages). Raises :class:`InputError` naming the folders when they do not fit together."""
+    infos = _check_consistent(shards)
+    reports = {path: report for path, report in shards}
+    first = infos[0][1]
+    owner: dict[str, str] = {}
+    results: dict[str, CaseResult] = {}
+    missing_of: dict[str, MissingCase] = {}
+    present: dict[int, tuple[str, RunReport]] = {}
+    for path, info in infos:
+        report = reports[path]
+        assert info.index is not None
+        present[info.index] = (path, report)
+        reported = _shard_cases(path, report, info, owner)
+        owner.update(dict.fromkeys(reported, path))
+        results.update(reported)
+        for m in report.missing:
+            missing_of.setdefault(m.name, m)
+
+    found = ", ".join(f"{i}/{first.count}" for i in sorted(present))
+    cases: list[CaseResult] = []
+    missing: list[MissingCase] = []
+    for p in first.plan:
+        if p.name in results:
+            cases.append(results[p.name])
+        elif p.shard not in present:
+            missing.append(
+                _missing(
+                    p,
+                    first.count,
+                    f"shard {p.shard}/{first.count} report not found (merged: {found})",
+                    "shard_absent",
+                )
+            )
+        elif p.name in missing_of:
+            missing.append(missing_of[p.name])
+        else:
+            path, report = present[p.shard]
+            why = " (that shard was interrupted)" if report.interrupted else ""
+            missing.append(
+                _missing(
+                    p,
+                    first.count,
+                    f"shard {p.shard}/{first.count} report ({path}) has no result for it{why}",
+                    "not_reported",
+                )
+            )
+
+    ordered = [present[i] for i in sorted(present)]
+    runners = sorted({r.runner for _, r in ordered})
+    budgets = [r.budget_s for _, r in ordered if r.budget_s is not None]
+    load_errors = list(dict.fromkeys(e for _, r in ordered for e in r.load_errors))
+    return RunReport(
+        run_id=run_id,
+        started_at=min(r.started_at for _, r in ordered),
+        finished_at=max(r.finished_at for _, r in ordered),
+        argv=tuple(argv),
+        runner="+".join(runners),
+        env=ordered[0][1].env,  # the lowest shard's; each shard's own is in its folder
+        cases=tuple(cases),
+        interrupted=any(r.interrupted for _, r in ordered),
+        budget_s=sum(budgets) if budgets else None,
+        load_errors=tuple(LoadError(e.path, e.message) for e in load_errors),
+        infra_errors=tuple(
+            f"shard {r.shard.label if r.shard else '?'} ({path}): {e}"
+            for path, r in ordered
+            for e in r.infra_errors
+        ),
+        shard=ShardInfo(None, first.count, first.digest, first.by, first.plan),
+        missing=tuple(missing),
+        merged_from=tuple(
+            MergedShard(index, r.run_id, path, r.runner, r.interrupted)
+            for index, (path, r) in sorted(present.items())
+        ),
+    )
+
+
+def copy_outputs(run_dirs: Sequence[Path], out: Path) -> int:
+    """Copy each shard folder's ``outputs/`` into ``out/outputs/`` (the paths in the reports
+    are relative to the run folder, and each case's folder is its own, so they stay valid).
+    Returns the number of files copied."""
+    copied = 0
+    for run_dir in run_dirs:
+        src = run_dir / "outputs"
+        if not src.is_dir():
+            continue
+        for f in sorted(p for p in src.rglob("*") if p.is_file()):
+            dst = out / "outputs" / f.relative_to(src)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, dst)
+            copied += 1
+    return copied

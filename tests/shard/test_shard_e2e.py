@@ -1,0 +1,178 @@
+"""plan -> run the shards -> merge, as CI runs them: the real ``harness`` command in a
+subprocess, real workers, the bundled tinyav target's fast cases (loader, quant dispatch)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import harness
+from harness.report.io import read_report
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(harness.__file__).resolve().parent.parent
+TINYAV = REPO / "targets" / "tinyav"
+
+# A loader case file whose first case fails on purpose (the INT8 file has 26 quantized layers).
+FAILS_FIRST = """
+[[case]]
+id = "a-wrong-layer-count"
+kind = "loader"
+target = "tinyav.scenarios.loader:load_exact"
+params = { fmt = "int8_convrot", variant = "full" }
+[[case.checks]]
+metric = "note.loader.quantized_layers"
+op = "=="
+threshold = 999
+
+[[case]]
+id = "b-loads"
+kind = "loader"
+target = "tinyav.scenarios.loader:load_exact"
+params = { fmt = "bf16", variant = "full" }
+
+[[case]]
+id = "c-loads"
+kind = "loader"
+target = "tinyav.scenarios.loader:load_exact"
+params = { fmt = "fp8", variant = "full" }
+"""
+
+
+def harness_cli(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A CI checkout in miniature: the bundled loader and dispatch case files."""
+    (tmp_path / "cases").mkdir()
+    shutil.copy(REPO / "cases" / "loader" / "exact.toml", tmp_path / "cases")
+    shutil.copy(REPO / "cases" / "quant" / "dispatch.toml", tmp_path / "cases")
+    return tmp_path
+
+
+def run_shard(project: Path, spec: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    out = f"reports/shard-{spec.split('/')[0]}"
+    return harness_cli(
+        project, "run", "--shard", spec, "--code-root", str(TINYAV), "--out", out, "-q",
+        "--run-id", "r", *extra,
+    )  # fmt: skip
+
+
+def test_plan_run_two_shards_and_merge_covers_every_case(project: Path) -> None:
+    planned = harness_cli(project, "plan", "--shards", "2", "--json")
+    assert planned.returncode == 0, planned.stderr
+    doc = json.loads(planned.stdout)
+    names = {c["name"] for s in doc["shards"] for c in s["cases"]}
+    assert len(names) == 13 and doc["estimated"] == 13  # no --durations: every one estimated
+    assert all(c["estimate"].startswith("default for") for s in doc["shards"] for c in s["cases"])
+
+    for i in (1, 2):
+        proc = run_shard(project, f"{i}/2")
+        assert proc.returncode == 0, proc.stderr
+        report = read_report(project / f"reports/shard-{i}/r")
+        assert report.shard is not None
+        assert (report.shard.index, report.shard.count) == (i, 2)
+        assert report.shard.digest == doc["plan_digest"]  # computed alone, the same plan
+        mine = {c["name"] for c in doc["shards"][i - 1]["cases"]}
+        assert {p.name for p in report.shard.planned()} == mine
+        assert {c.name for c in report.cases} == mine
+        assert {p.name for p in report.shard.plan} == names
+
+    merged = harness_cli(project, "merge", "reports/shard-1", "reports/shard-2", "--out", "m")
+    assert merged.returncode == 0, merged.stderr
+    report = read_report(project / "m")
+    assert {c.name for c in report.cases} == names
+    assert report.missing == () and {c.status for c in report.cases} == {"passed"}
+    assert (project / "m" / "junit.xml").is_file() and (project / "m" / "summary.md").is_file()
+
+    # A shard report missing: its cases are missing with the reason, and the exit is not 0.
+    alone = harness_cli(project, "merge", "reports/shard-1", "--out", "m1")
+    assert alone.returncode == 3, alone.stderr
+    lost = read_report(project / "m1").missing
+    assert {m.name for m in lost} == {c["name"] for c in doc["shards"][1]["cases"]}
+    assert {m.reason for m in lost} == {"shard 2/2 report not found (merged: 1/2)"}
+    assert "shard 2/2 report not found" in alone.stderr
+    assert "shard 2/2 report not found" in (project / "m1" / "summary.md").read_text()
+
+    # The same shard twice is an error that names both folders.
+    shutil.copytree(project / "reports/shard-1", project / "copy")
+    twice = harness_cli(project, "merge", "reports/shard-1", "copy", "--out", "m2")
+    assert twice.returncode == 2
+    assert "shard 1/2 given twice" in twice.stderr and "copy" in twice.stderr
+
+
+def test_a_fail_fast_shard_stops_and_merge_lists_what_it_did_not_run(project: Path) -> None:
+    (project / "cases" / "aa_fails.toml").write_text(FAILS_FIRST)
+    procs = {i: run_shard(project, f"{i}/2", "--shard-by", "file", "--fail-fast") for i in (1, 2)}
+    reports = {i: read_report(project / f"reports/shard-{i}/r") for i in (1, 2)}
+    (stopped,) = [i for i, r in reports.items() if r.missing]
+    report = reports[stopped]
+    assert procs[stopped].returncode == 1, procs[stopped].stderr
+    assert [(c.id, c.status) for c in report.cases] == [("a-wrong-layer-count", "failed")]
+    reason = (
+        f"not run: shard {stopped}/2 stopped after loader/a-wrong-layer-count[cpu] failed "
+        "(--fail-fast)"
+    )
+    # Every other case planned on that shard (the rest of the file, and any other file the
+    # split put there) is listed, in plan order, with the reason; none has a result.
+    assert report.shard is not None
+    rest = [p.id for p in report.shard.planned() if p.id != "a-wrong-layer-count"]
+    assert rest[:2] == ["b-loads", "c-loads"]
+    assert [(m.id, m.reason, m.cause) for m in report.missing] == [
+        (cid, reason, "fail_fast") for cid in rest
+    ]
+    assert f"missing  loader/b-loads[cpu]: {reason}" in procs[stopped].stderr
+    other = 3 - stopped
+    assert procs[other].returncode == 0, procs[other].stderr
+
+    merged = harness_cli(project, "merge", "reports/shard-1", "reports/shard-2", "--out", "m")
+    assert merged.returncode == 1, merged.stderr
+    whole = read_report(project / "m")
+    assert [m.reason for m in whole.missing] == [reason] * len(rest)
+    assert len(whole.cases) == 1 + len(reports[other].cases)
+
+
+def test_bad_shard_specs_are_one_line_usage_errors(project: Path) -> None:
+    for spec in ("0/3", "4/3", "x/y"):
+        proc = run_shard(project, spec)
+        assert proc.returncode == 2, (spec, proc.stderr)
+        assert proc.stderr.count("\n") == 1 and f"--shard {spec}" in proc.stderr.replace("'", "")
+    assert not (project / "reports").exists()  # nothing run, nothing written
+
+
+def test_pytest_shards_merge_like_harness_run(project: Path) -> None:
+    def pytest_shard(spec: str, out: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                sys.executable, "-m", "pytest", str(REPO / "harness"), "-p", "no:cacheprovider",
+                "-p", "no:xdist", f"--rootdir={project}", "--harness-cases", "cases",
+                "--harness-code-root", str(TINYAV), "--harness-out", out, "--harness-shard", spec,
+            ],
+            cwd=project, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+
+    one, two = pytest_shard("1/2", "p1"), pytest_shard("2/2", "p2")
+    assert one.returncode == 0 and two.returncode == 0, one.stdout + two.stdout
+    merged = harness_cli(project, "merge", "p1", "p2", "--out", "m")
+    assert merged.returncode == 0, merged.stderr
+    report = read_report(project / "m")
+    assert len(report.cases) == 13 and report.missing == ()
+
+    bad = pytest_shard("3/2", "p3")
+    assert bad.returncode == 4  # pytest's usage error
+    assert "--harness-shard 3/2" in bad.stderr
