@@ -1,0 +1,299 @@
+"""Sharding and merging, measured: how even the split is, and how fast a merge is.
+
+1. Balance: the bundled suite (cases/) split over N shards with the durations one real
+   ``harness run`` recorded (``bench/data/tinyav-durations.json``). Printed per N: the longest
+   shard over the ideal (total / N, or the largest batch when that is longer; 1.000 is
+   perfect), for the harness's split (by case and by file) and for pytest-split's two
+   duration-based algorithms (``least_duration``, ``duration_based_chunks``, its default) on
+   the same durations. Target: the harness's longest shard within 10 % of the ideal.
+2. Merge: the bundled suite's 49 cases in 10 synthetic shard reports, each attempt shaped like
+   the real ones (a pipeline attempt: 13 stages, 13 fingerprints, 15 checks; every tenth case
+   failed with a traceback), written by the real writers; timed: reading them (JSON + schema),
+   merging, and writing the merged run folder (``write_run``). Target: < 1 s. ``--stress``
+   adds 1000 pipeline cases x 3 attempts in 10 shards, for scale.
+
+Usage::
+
+    python bench/bench_shard.py                       # both
+    python bench/bench_shard.py --record reports/RUN  # refresh the durations from a real run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.cases import PlanItem, build_plan, load_suite
+from harness.cases.shard import Recorded, recorded_durations, split
+from harness.model import Attempt, Case, CaseResult, CheckResult, ErrorInfo, RunReport
+from harness.report.io import read_report, write_run
+from harness.report.merge import merge_reports
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "bench" / "data" / "tinyav-durations.json"
+
+
+# --- balance -------------------------------------------------------------------------------
+
+
+def load_durations(path: Path = DATA) -> dict[tuple[str, str], Recorded]:
+    doc = json.loads(path.read_text())
+    return {
+        (c["id"], c["platform"]): Recorded(c["kind"], c["seconds"], c["runs"]) for c in doc["cases"]
+    }
+
+
+def record(run: Path, path: Path = DATA) -> None:
+    report = read_report(run)
+    rec = recorded_durations([report])
+    sha = str(report.env.get("git", {}).get("sha", "?"))[:12]
+    lines = [
+        json.dumps(
+            {"id": k[0], "platform": k[1], "kind": v.kind, "seconds": round(v.seconds, 4)}
+            | {"runs": v.runs}
+        )
+        for k, v in sorted(rec.items())
+    ]
+    about = (
+        "Seconds per case (all attempts summed) of one `harness run` of the bundled suite "
+        f"(cases/, runner {report.runner}), git {sha}, {report.started_at[:10]}. Regenerate: "
+        "python bench/bench_shard.py --record reports/<run>."
+    )
+    path.write_text(
+        '{\n "about": '
+        + json.dumps(about)
+        + ',\n "cases": [\n  '
+        + ",\n  ".join(lines)
+        + "\n ]\n}\n"
+    )
+    print(f"wrote {len(lines)} case durations to {path}")
+
+
+@dataclass
+class _Node:
+    """What pytest-split's algorithms read from a pytest item: its node id."""
+
+    nodeid: str
+
+
+def pytest_split_max(algorithm: str, names: list[str], seconds: dict[str, float], n: int) -> float:
+    from pytest_split.algorithms import Algorithms
+
+    groups = Algorithms[algorithm].value(n, [_Node(x) for x in names], seconds)  # type: ignore[arg-type]
+    return max(sum(seconds[i.nodeid] for i in g.selected) for g in groups)
+
+
+def balance(shard_counts: list[int]) -> bool:
+    durations = load_durations()
+    suite = load_suite([ROOT / "cases"])
+    items = build_plan(suite.cases, ["cpu"])
+    seconds = {it.name: durations[(it.case.id, it.platform)].seconds for it in items}
+    names = [it.name for it in items]
+    total = sum(seconds.values())
+    print(
+        f"balance: {len(items)} cases of the bundled suite, {total:.2f} s recorded "
+        f"(largest case {max(seconds.values()):.2f} s); longest shard / ideal"
+    )
+    print(
+        f"{'N':>3} {'ideal s':>8}  {'by case':>8} {'by file':>8}  {'ps-least':>8} {'ps-chunks':>9}"
+    )
+    ok = True
+    for n in shard_counts:
+        by_case = split(items, n, durations)
+        by_file = split(items, n, durations, by="file")
+        ideal = by_case.ideal_s()
+        ratios = [
+            max(by_case.loads()) / ideal,
+            max(by_file.loads()) / by_file.ideal_s(),
+            pytest_split_max("least_duration", names, seconds, n) / ideal,
+            pytest_split_max("duration_based_chunks", names, seconds, n) / ideal,
+        ]
+        ok &= ratios[0] <= 1.10
+        print(
+            f"{n:>3} {ideal:>8.2f}  "
+            + " ".join(f"{r:>8.3f}" for r in ratios[:3])
+            + f" {ratios[3]:>9.3f}"
+        )
+    print(
+        "  (by file: ideal is the largest case file when that is longer than total / N; "
+        "ps = pytest-split on the same per-case seconds)"
+    )
+    print(f"balance target (by case <= 1.10 x ideal for every N): {'met' if ok else 'MISSED'}")
+    return ok
+
+
+# --- merge ---------------------------------------------------------------------------------
+
+# Attempt shapes as the bundled suite records them (report.json of a real run): a pipeline
+# attempt has 13 stages, 13 fingerprints and 15 checks; a loader or quant attempt a few notes
+# and checks and no fingerprints.
+SHAPES: dict[str, tuple[int, int, int]] = {"pipeline": (13, 13, 15), "other": (1, 0, 3)}
+
+
+def _attempt(cid: str, kind: str, index: int, failed: bool) -> Attempt:
+    n_stages, n_prints, n_checks = SHAPES["pipeline" if kind == "pipeline" else "other"]
+    stages = {f"stage{s:02d}": 0.01 * (index + 1) for s in range(n_stages)}
+    prints = {
+        f"stage{s:02d}.out": {
+            "hash": f"blake3:{index:064x}",
+            "dtype": "float32",
+            "shape": [1, 16, 8, 8],
+            "nonfinite": 0,
+            "min": -1.0,
+            "max": 1.0,
+            "mean": 0.0,
+        }
+        for s in range(n_prints)
+    }
+    checks = tuple(
+        CheckResult(f"m{m}(video)", "ssim", 0.97, ">=", 0.95, "fail", not failed, output="video")
+        for m in range(n_checks)
+    )
+    error = (
+        ErrorInfo.make("AssertionError", f"{cid}: ssim 0.80 < 0.95", "Traceback ...\n" * 20)
+        if failed
+        else None
+    )
+    return Attempt(
+        case_id=cid,
+        platform="cpu",
+        index=index,
+        status="failed" if failed else "passed",
+        seed=42,
+        repeat=index,
+        inputs={"prompt": "blake3:" + "a" * 64, "checkpoint": "blake3:" + "b" * 64},
+        stages=stages,
+        fingerprints=prints,
+        metrics={"ssim": 0.97, "psnr": 38.2},
+        outputs={
+            "video": {"kind": "video", "hash": "blake3:" + "c" * 64, "path": f"outputs/{cid}/v"}
+        }
+        if kind == "pipeline"
+        else {},
+        checks=checks,
+        error=error,
+        duration_s=0.5,
+        worker_pid=1234,
+        started_at="2026-01-01T00:00:00+00:00",
+    )
+
+
+def synthetic_shards(
+    root: Path, items: list[PlanItem], shards: int, attempts_of: dict[str, int]
+) -> list[Path]:
+    """``shards`` shard run folders of ``items`` (split by the real splitter), each case with
+    ``attempts_of[kind]`` attempts (default 1); every tenth case failed."""
+    plan = split(
+        items, shards, {(it.case.id, it.platform): Recorded(it.case.kind, 1.0, 1) for it in items}
+    )
+    dirs = []
+    for index in range(1, shards + 1):
+        cases = []
+        for n, it in enumerate(plan.items_of(index)):
+            failed = n % 10 == 0
+            count = attempts_of.get(it.case.kind, attempts_of.get("*", 1))
+            attempts = tuple(_attempt(it.case.id, it.case.kind, a, failed) for a in range(count))
+            cases.append(
+                CaseResult(
+                    it.case.id,
+                    it.case.kind,
+                    it.platform,
+                    "failed" if failed else "passed",
+                    source=it.case.source,
+                    checks=attempts[-1].checks,
+                    attempts=attempts,
+                    seed=42,
+                    repeats=count,
+                )
+            )
+        report = RunReport(
+            run_id=f"shard-{index}",
+            started_at="2026-01-01T00:00:00+00:00",
+            finished_at="2026-01-01T00:10:00+00:00",
+            argv=("harness", "run", "--shard", f"{index}/{shards}"),
+            runner="cpu",
+            env={"error": "no worker started; environment not collected"},
+            cases=tuple(cases),
+            shard=plan.info(index),
+        )
+        d = root / f"shard-{index}"
+        d.mkdir()
+        write_run(report, d, latest=False)
+        dirs.append(d)
+    return dirs
+
+
+def bench_merge(
+    label: str, items: list[PlanItem], attempts_of: dict[str, int], rounds: int
+) -> float:
+    shards = 10
+    with tempfile.TemporaryDirectory() as tmp:
+        dirs = synthetic_shards(Path(tmp), items, shards, attempts_of)
+        size = sum((d / "report.json").stat().st_size for d in dirs)
+        phases: dict[str, list[float]] = {"read": [], "merge": [], "write": [], "total": []}
+        for r in range(rounds):
+            t0 = time.perf_counter()
+            reports = [(str(d), read_report(d)) for d in dirs]
+            t1 = time.perf_counter()
+            merged = merge_reports(reports, run_id="merged")
+            t2 = time.perf_counter()
+            out = Path(tmp) / f"merged-{r}"
+            out.mkdir()
+            write_run(merged, out, latest=False)
+            t3 = time.perf_counter()
+            for k, v in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t3 - t0), strict=True):
+                phases[k].append(v)
+        assert len(merged.cases) == len(items) and not merged.missing
+    med = {k: statistics.median(v) for k, v in phases.items()}
+    print(
+        f"merge, {label}: {shards} shard reports, {len(items)} cases, {size / 1e6:.2f} MB of "
+        f"report.json; median of {rounds}: read (JSON + schema) {med['read']:.3f} s, merge "
+        f"{med['merge']:.3f} s, write {med['write']:.3f} s, total {med['total']:.3f} s"
+    )
+    return med["total"]
+
+
+def merge_benches(stress: bool) -> bool:
+    suite = load_suite([ROOT / "cases"])
+    bundled = build_plan(suite.cases, ["cpu"])
+    # The bundled suite as CI would shard it: a pipeline case has its 2 repeats, others 1.
+    total = bench_merge("the bundled suite's 49 cases", bundled, {"pipeline": 2}, rounds=5)
+    ok = total < 1.0
+    print(f"merge target (< 1 s, bundled suite in 10 shards): {'met' if ok else 'MISSED'}")
+    if stress:
+        big = [
+            PlanItem(Case(id=f"case-{i:04d}", kind="pipeline", source="cases/p.toml"), "cpu")
+            for i in range(1000)
+        ]
+        bench_merge("stress, 1000 pipeline cases x 3 attempts", big, {"*": 3}, rounds=1)
+    return ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--record", type=Path, metavar="RUN", help="refresh the durations data from a run"
+    )
+    p.add_argument("--shards", type=int, nargs="+", default=[2, 3, 4, 6, 8])
+    p.add_argument(
+        "--stress", action="store_true", help="also merge 1000 pipeline cases x 3 attempts"
+    )
+    args = p.parse_args(argv)
+    if args.record:
+        record(args.record)
+        return 0
+    ok = balance(args.shards)
+    ok &= merge_benches(args.stress)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
