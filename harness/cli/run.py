@@ -233,6 +233,11 @@ def _nothing_ran(args: argparse.Namespace, loaded: int, report: RunReport) -> st
         reasons = sorted({c.reason or "no reason recorded" for c in report.cases})
         return f"all {len(report.cases)} selected case(s) were skipped: " + "; ".join(reasons)
     where = " ".join(str(p) for p in args.paths) or "cases"
+    if report.shard is not None and loaded:
+        return (
+            f"shard {report.shard.label} has no case: the split put all "
+            f"{len(report.shard.plan)} planned case(s) on other shards"
+        )
     if not loaded:
         return f"no case loaded from {where}"
     if args.keyword:

@@ -176,3 +176,13 @@ def test_pytest_shards_merge_like_harness_run(project: Path) -> None:
     bad = pytest_shard("3/2", "p3")
     assert bad.returncode == 4  # pytest's usage error
     assert "--harness-shard 3/2" in bad.stderr
+
+
+def test_a_shard_the_split_left_empty_says_so(project: Path) -> None:
+    proc = run_shard(project, "20/20")  # 13 cases over 20 shards: the last ones get none
+    assert proc.returncode == 5
+    assert "shard 20/20 has no case: the split put all 13 planned case(s) on other shards" in (
+        proc.stderr
+    )
+    report = read_report(project / "reports/shard-20/r")
+    assert report.shard is not None and report.shard.planned() == ()
