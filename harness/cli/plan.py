@@ -11,8 +11,9 @@ from typing import Any
 
 from harness.cases import build_plan
 from harness.cases.shard import ShardPlan, check_shard_count
-from harness.cli.sharding import add_split_args, shard_plan
+from harness.cli.sharding import add_split_args, check_split_args, shard_plan
 from harness.cli.suite import add_suite_args, load, platforms
+from harness.errors import UsageError
 from harness.platforms.profile import resolve_profile
 
 PLAN_EXAMPLE = """\
@@ -46,6 +47,9 @@ def add_parser(sub: Any) -> None:
 def main(args: argparse.Namespace) -> int:
     if args.shards is not None:
         check_shard_count(args.shards)
+    check_split_args(args, args.shards is not None, "--shards N")
+    if args.json and args.shards is None:
+        raise UsageError("--json: only with --shards N (the split as JSON)")
     profile = resolve_profile(args.runner, Path("runners"))
     suite = load(args.paths)
     for err in suite.errors:

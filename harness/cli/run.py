@@ -10,7 +10,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from harness.cli.sharding import add_split_args
+from harness.cli.sharding import add_split_args, check_split_args
 from harness.cli.suite import add_suite_args
 from harness.errors import UsageError
 
@@ -111,6 +111,7 @@ def main(args: argparse.Namespace) -> int:
 
     _check_args(args)
     shard_spec = parse_shard_spec(args.shard) if args.shard is not None else None
+    check_split_args(args, shard_spec is not None, "--shard I/N")
     references = args.references if args.references is not None else Path("references")
     profile = resolve_profile(args.runner, Path("runners"))
     suite = load(args.paths)

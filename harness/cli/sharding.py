@@ -12,6 +12,7 @@ from pathlib import Path
 
 from harness.cases import PlanItem
 from harness.cases.shard import BATCH_RULES, ShardPlan, recorded_durations, split
+from harness.errors import UsageError
 from harness.report.io import read_report
 
 
@@ -37,3 +38,19 @@ def add_split_args(p: argparse.ArgumentParser) -> None:
 def shard_plan(args: argparse.Namespace, items: Sequence[PlanItem], count: int) -> ShardPlan:
     reports = [read_report(path) for path in args.durations or ()]
     return split(items, count, recorded_durations(reports), by=args.shard_by)
+
+
+def check_split_args(args: argparse.Namespace, sharded: bool, needs: str) -> None:
+    """--durations and --shard-by shape a split: without one (``needs``) they would be ignored."""
+    if sharded:
+        return
+    given = [
+        name
+        for name, set_ in (
+            ("--durations", bool(args.durations)),
+            ("--shard-by", args.shard_by != "case"),
+        )
+        if set_
+    ]
+    if given:
+        raise UsageError(f"{' and '.join(given)}: only with {needs}, which they shape")
