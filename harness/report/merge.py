@@ -24,6 +24,7 @@ from harness.model import (
     LoadError,
     MergedShard,
     MissingCase,
+    MissingCause,
     PlannedCase,
     RunReport,
     ShardInfo,
@@ -101,16 +102,8 @@ def _shard_cases(
     return out
 
 
-def _missing(p: PlannedCase, count: int, reason: str, cause: str) -> MissingCase:
-    return MissingCase(
-        id=p.id,
-        kind=p.kind,
-        platform=p.platform,
-        reason=reason,
-        cause=cause,  # type: ignore[arg-type]
-        shard=p.shard,
-        source=p.source,
-    )
+def _missing(p: PlannedCase, reason: str, cause: MissingCause) -> MissingCase:
+    return MissingCase(p.id, p.kind, p.platform, reason, cause, p.shard, p.source)
 
 
 def merge_reports(
@@ -148,7 +141,6 @@ def merge_reports(
             missing.append(
                 _missing(
                     p,
-                    first.count,
                     f"shard {p.shard}/{first.count} report not found (merged: {found})",
                     "shard_absent",
                 )
@@ -161,7 +153,6 @@ def merge_reports(
             missing.append(
                 _missing(
                     p,
-                    first.count,
                     f"shard {p.shard}/{first.count} report ({path}) has no result for it{why}",
                     "not_reported",
                 )
