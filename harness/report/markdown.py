@@ -24,7 +24,9 @@ STEP_SUMMARY_LIMIT = 1024 * 1024
 DEFAULT_MAX_BYTES = STEP_SUMMARY_LIMIT - 16 * 1024
 CELL_CHARS = 200  # longest error line shown in a cell
 
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~&#!])")
+# Characters Markdown or HTML read as markup; ``_`` only where it can open or close emphasis
+# (not inside a word, so ``pre_existing_failure`` stays readable in the raw file).
+_MD_SPECIAL = re.compile(r"([\\`*\[\]<>|~&#!]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))")
 _STATUS_ORDER = ("crashed", "timeout", "error", "failed", "missing", "budget_declined", "flaky")
 _ICON = {
     "crashed": "❌",

@@ -117,6 +117,9 @@ def test_script_tags_pipes_and_line_breaks_in_names_and_errors_stay_text() -> No
     # free text is backslash-escaped: no emphasis, no HTML
     assert md_text("<i>x</i> *y* | z") == "\\<i\\>x\\</i\\> \\*y\\* \\| z"
     assert "<em>" not in html(md_text("*y*"))
+    # an underscore inside a word cannot start emphasis and stays as it is
+    assert md_text("pre_existing_failure _em_") == "pre_existing_failure \\_em\\_"
+    assert "<em>" not in html(md_text("_em_ pre_existing_failure"))
 
 
 def test_a_5000_case_report_stays_under_the_step_summary_limit_and_says_it_was_cut() -> None:
