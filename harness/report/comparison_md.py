@@ -177,7 +177,7 @@ def comparison_markdown(comparison: Comparison, *, max_bytes: int = DEFAULT_MAX_
     if rest:
         closing = "</details>"
         reserve = Budget.NOTE_RESERVE + len(closing) + 2
-        if doc.fits("<details>", reserve + 200):
+        if not doc.left_out and doc.fits("<details>", reserve + 200):
             doc.force("")
             doc.force(f"<details><summary>{len(rest)} no change</summary>")
             doc.force("")
@@ -187,7 +187,7 @@ def comparison_markdown(comparison: Comparison, *, max_bytes: int = DEFAULT_MAX_
         else:
             doc.left_out += len(rest)
     notes = [c for c in attention if c.reason]
-    if notes and doc.fits("<details>", 800):
+    if notes and not doc.left_out and doc.fits("<details>", 800):
         doc.force("")
         doc.force("<details><summary>why</summary>")
         doc.force("")

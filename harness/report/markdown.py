@@ -118,7 +118,7 @@ class Budget:
         separator = "|" + "---|" * header.count(" | ") + "---|"
         if not rows:
             return
-        if not self.fits(header + "\n" + separator + "\n" + rows[0], reserve):
+        if self.left_out or not self.fits(header + "\n" + separator + "\n" + rows[0], reserve):
             self.left_out += len(rows)
             return
         self.force(header)
@@ -302,7 +302,8 @@ def summary_markdown(report: RunReport, *, max_bytes: int = DEFAULT_MAX_BYTES) -
         doc.force("")
         doc.add("**Case files that did not load** (their cases did not run):")
         for e in report.load_errors:
-            doc.add(f"- {md_code(e.path, table=False)}: {md_text(first_line(e.message))}")
+            message = md_text(first_line(e.message), limit=CELL_CHARS * 2)
+            doc.add(f"- {md_code(e.path, table=False)}: {message}")
     if report.infra_errors:
         doc.force("")
         doc.add("**Harness errors** (the run is incomplete):")
@@ -321,7 +322,7 @@ def summary_markdown(report: RunReport, *, max_bytes: int = DEFAULT_MAX_BYTES) -
         counts = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in _status_counts(rest))
         closing = "</details>"
         reserve = Budget.NOTE_RESERVE + len(closing) + 2
-        if doc.fits("<details>", reserve + 200):
+        if not doc.left_out and doc.fits("<details>", reserve + 200):
             doc.force("")
             doc.force(f"<details><summary>{counts}</summary>")
             doc.force("")
