@@ -37,7 +37,7 @@ import math
 import re
 import tomllib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -345,14 +345,51 @@ def parse_case(path: Path, raw: Any, where: str) -> Case:
     )
 
 
+# A table header line (``[x]`` or ``[[x]]``, comment allowed) and a case's ``id = "..."`` line.
+_HEADER = re.compile(r"\s*(\[\[?)\s*([A-Za-z0-9_.\-\"' ]*?)\s*\]\]?\s*(#.*)?$")
+_ID_LINE = re.compile(r"""\s*(?:id|"id"|'id')\s*=\s*(?:"([^"\\]*)"|'([^']*)')""")
+
+
+def case_lines(text: str) -> dict[str, int]:
+    """Case id -> 1-based line of its table in a case file's ``text``: the ``[[case]]`` header
+    of an array-of-tables file, or the ``id = ...`` line of a one-case file (tomllib keeps no
+    positions, so the text is scanned). Only an ``id`` directly in a case table counts, not one
+    in a sub-table such as ``[case.params]``; a file that does not parse may give a partial map.
+    """
+    lines: dict[str, int] = {}
+    table: str | None = None  # None: top level
+    header_line = 0
+    for number, line in enumerate(text.splitlines(), start=1):
+        header = _HEADER.match(line)
+        if header:
+            table = header.group(2) if header.group(1) == "[" else f"[{header.group(2)}]"
+            header_line = number
+            continue
+        found = _ID_LINE.match(line)
+        if found is None:
+            continue
+        case_id = found.group(1) if found.group(1) is not None else found.group(2)
+        if table is None:
+            lines.setdefault(case_id, number)
+        elif table == "[case]":
+            lines.setdefault(case_id, header_line)
+    return lines
+
+
 def load_file(path: Path) -> list[Case]:
-    """All cases in one TOML file."""
+    """All cases in one TOML file, each with the line of its table (:func:`case_lines`)."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise CaseFileError(path, f"not valid TOML: {exc}") from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise CaseFileError(path, f"cannot read: {exc}") from exc
+    lines = case_lines(text)
+    return [replace(c, line=lines.get(c.id, 0)) for c in _parse_tables(path, data)]
+
+
+def _parse_tables(path: Path, data: dict[str, Any]) -> list[Case]:
     if "case" in data:
         extra = sorted(set(data) - {"case"})
         if extra:

@@ -112,6 +112,7 @@ def main(args: argparse.Namespace) -> int:
     from harness.compare.run import CompareRequest, compare_revisions
     from harness.compare.saved import compare_reports
     from harness.platforms.profile import resolve_profile
+    from harness.report.github import publish_comparison
 
     if args.budget is not None and args.budget <= 0:
         raise UsageError(f"--budget {args.budget}: expected a positive number of seconds")
@@ -181,4 +182,6 @@ def main(args: argparse.Namespace) -> int:
         print(f"  harness  {e}", file=sys.stderr)
     counts = ", ".join(f"{v} {k}" for k, v in comparison.counts().items() if v)
     print(f"{out_dir}/comparison.json: {counts}", file=sys.stderr)
+    # GitHub Actions: the job summary (GITHUB_STEP_SUMMARY) and ::error annotations.
+    publish_comparison(comparison, out_dir)
     return comparison.exit_code(strict=args.strict)

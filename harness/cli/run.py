@@ -107,6 +107,7 @@ def main(args: argparse.Namespace) -> int:
     from harness.execution.run import Runner, RunOptions
     from harness.model import exit_code
     from harness.platforms.profile import resolve_profile
+    from harness.report.github import publish_run
     from harness.report.io import write_run
 
     _check_args(args)
@@ -202,6 +203,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"  missing  {m.name}: {m.reason}", file=sys.stderr)
     for fault in report.infra_errors:
         print(f"  harness  {fault}", file=sys.stderr)
+    # GitHub Actions: the job summary (GITHUB_STEP_SUMMARY) and ::error annotations.
+    publish_run(report, lines={c.id: c.line for c in suite.cases})
     code = exit_code(report)
     if code == 5:
         print(

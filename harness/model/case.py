@@ -37,7 +37,8 @@ class CheckSpec:
 
 @dataclass(frozen=True)
 class Case:
-    """One validated case. ``source`` is the file it came from."""
+    """One validated case. ``source`` is the file it came from, ``line`` the 1-based line of its
+    table there (the ``[[case]]`` header, or the ``id`` key of a one-case file; 0 unknown)."""
 
     id: str
     kind: str
@@ -58,6 +59,7 @@ class Case:
     budget: Mapping[str, float] = field(default_factory=dict)
     description: str = ""
     tags: tuple[str, ...] = ()
+    line: int = 0
 
     def display(self, platform: str) -> str:
         """``<kind>/<id>[<platform>]``, the name used by pytest items and reports."""

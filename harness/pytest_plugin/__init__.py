@@ -22,6 +22,7 @@ import pytest
 
 from harness.pytest_plugin.compare import COMPARE_KEY, ComparisonItem
 from harness.pytest_plugin.options import _opt_path, _root
+from harness.pytest_plugin.publish import GITHUB_LINES_KEY, WORKER_RUNS_KEY, publish_for_github
 from harness.pytest_plugin.shard import (
     SHARD_KEY,
     add_shard_options,
@@ -32,7 +33,7 @@ from harness.pytest_plugin.shard import (
 if TYPE_CHECKING:
     from harness.cases.plan import PlanItem
     from harness.execution.run import Runner
-    from harness.model import CaseResult
+    from harness.model import CaseResult, RunReport
 
 _PKG_DIR = Path(__file__).resolve().parent.parent  # the harness package folder
 _STATE_KEY = pytest.StashKey["_BatchState"]()
@@ -285,6 +286,7 @@ class _BatchState:
         self.results: dict[str, CaseResult] = {}
         self.flaky: list[str] = []
         self.simulated: list[str] = []
+        self.report: RunReport | None = None
 
     def _make_runner(self) -> Runner:
         from harness.execution.run import Runner, RunOptions, new_run_id
@@ -340,6 +342,7 @@ class _BatchState:
 
         report = self.runner.finish()
         write_run(report, self.runner.run_dir, latest=self.runner.options.write_latest)
+        self.report = report
         return self.runner.run_dir
 
 
@@ -362,12 +365,23 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         run_dir = state.finish()
         if run_dir is not None:
             session.config.stash[_RUN_DIR_KEY] = run_dir
+    own = None
+    if state is not None and state.report is not None and state.runner is not None:
+        lines = {
+            it.plan_item.case.id: it.plan_item.case.line
+            for it in session.items
+            if isinstance(it, CaseItem)
+        }
+        own = (state.report, state.runner.run_dir, lines)
+    publish_for_github(session.config, own)
 
 
 _RUN_DIR_KEY = pytest.StashKey[Path]()
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    for line in config.stash.get(GITHUB_LINES_KEY, []):
+        terminalreporter.write_line(line)  # workflow commands: GitHub reads them on stdout
     run_dir = config.stash.get(_RUN_DIR_KEY, None)
     state = config.stash.get(_STATE_KEY, None)
     if run_dir is None:
@@ -392,7 +406,13 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 
 
 class _XdistBatches:
-    """Hands whole batches (all cases of one kind) to one xdist worker."""
+    """Hands whole batches (all cases of one kind) to one xdist worker, and collects each
+    worker's run folder for the controller to publish (GitHub job summary, annotations)."""
+
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        run = getattr(node, "workeroutput", {}).get("harness_run")
+        if run is not None:
+            node.config.stash.setdefault(WORKER_RUNS_KEY, []).append((run[0], dict(run[1])))
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:

@@ -1,8 +1,26 @@
-"""``summary.md`` of a comparison: a PR comment or CI job summary, from the Comparison record."""
+"""``summary.md`` of a comparison: a PR comment or CI job summary, from the Comparison record.
+
+A one-line verdict first, then the cases that need attention, worst first (not comparable, new
+failures, regressions with their ratio, interval and first divergence, flaky, suspect, ...),
+then the cases with no change collapsed. Every string from the record is escaped
+(:func:`~harness.report.markdown.md_text`, :func:`~harness.report.markdown.md_code`) and the
+document stays under ``max_bytes``, as the run summary does.
+"""
 
 from __future__ import annotations
 
 from harness.model import CaseComparison, Comparison, fmt_number
+from harness.model.comparison import VERDICTS
+from harness.report.markdown import (
+    CELL_CHARS,
+    DEFAULT_MAX_BYTES,
+    Budget,
+    duration_text,
+    first_line,
+    md_code,
+    md_text,
+    row,
+)
 
 _ICON = {
     "regression": "🔴",
@@ -17,10 +35,6 @@ _ICON = {
     "improvement": "🟢",
     "no_change": "✅",
 }
-
-
-def _cell(text: object) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 def _pct(x: float | None) -> str:
@@ -50,10 +64,9 @@ def _quality_line(c: CaseComparison) -> str:
     )
 
 
-def _divergence(c: CaseComparison) -> str:
+def _divergence_extra(c: CaseComparison) -> str:
+    """The details of the first divergence: ``(step 3, on head)``, or ``""``."""
     d = c.divergence
-    if d.kind in ("none", "missing"):
-        return d.kind
     extra = []
     if "step" in d.detail:
         extra.append(f"step {d.detail['step']}")
@@ -61,58 +74,141 @@ def _divergence(c: CaseComparison) -> str:
         extra.append(f"on {d.detail['side']}")
     if "max_abs_diff_at_least" in d.detail:
         extra.append(f"|Δ| ≥ {fmt_number(d.detail['max_abs_diff_at_least'])}")
-    return f"{d.kind} at `{d.first}`" + (f" ({', '.join(extra)})" if extra else "")
+    return f" ({', '.join(extra)})" if extra else ""
 
 
-def comparison_markdown(comparison: Comparison) -> str:
-    """The summary: a verdict count line, then one table row per case."""
+def _divergence(c: CaseComparison) -> str:
+    d = c.divergence
+    if d.kind in ("none", "missing"):
+        return d.kind
+    return f"{d.kind} at {d.first}{_divergence_extra(c)}"
+
+
+def verdict_line(comparison: Comparison) -> str:
+    """``❌ 1 regression, 1 new failure, 10 no change: head `HEAD` vs base `main` ...``."""
+    code = comparison.exit_code()
+    counts = comparison.counts()
+    if code == 0 and (counts.get("suspect") or counts.get("inconclusive") or counts.get("flaky")):
+        icon = "⚠️"
+    else:
+        icon = {0: "✅", 1: "❌", 3: "🛑"}.get(code, "❌")
+    shown = ", ".join(f"{n} {v.replace('_', ' ')}" for v, n in counts.items() if n)
     base, head = comparison.base, comparison.head
-    counts = ", ".join(f"{v} {k}" for k, v in comparison.counts().items() if v)
-    lines = [
-        f"## harness compare: {head.rev or head.run_id} vs {base.rev or base.run_id}",
+    line = (
+        f"{icon} {shown or 'no cases'}: head {md_code(head.rev or head.run_id, table=False)} "
+        f"vs base {md_code(base.rev or base.run_id, table=False)}"
+    )
+    if comparison.runner:
+        line += f" on runner {md_code(comparison.runner, table=False)}"
+    line += f", {comparison.rounds} round(s)"
+    took = duration_text(comparison.started_at, comparison.finished_at)
+    if took:
+        line += f" in {took}"
+    if comparison.infra_errors:
+        line += "; harness errors, incomplete"
+    return line
+
+
+_ATTENTION_LAST = ("no_change",)
+
+
+def _case_row(c: CaseComparison) -> str:
+    f = c.failures
+    return row(
+        [
+            _ICON.get(c.verdict, ""),
+            md_code(c.name),
+            md_text(c.verdict + (" (unstable)" if c.unstable else "")),
+            md_text(_latency_line(c), limit=CELL_CHARS * 2),
+            md_text(_quality_line(c), limit=CELL_CHARS * 2),
+            md_text(
+                f"{f.verdict}: {f.base_passed}/{f.base_passed + f.base_failed} / "
+                f"{f.head_passed}/{f.head_passed + f.head_failed}"
+            ),
+            _divergence_md(c),
+        ]
+    )
+
+
+_HEADER = row(
+    [
         "",
-        f"Runner `{comparison.runner}`, {comparison.rounds} round(s) (A B B A), "
-        f"{'same runner' if comparison.same_runner else 'DIFFERENT environments'}: {counts}.",
+        "case",
+        "verdict",
+        "latency (ratio [interval])",
+        "quality",
+        "failures (base / head passed)",
+        "first divergence",
     ]
+)
+
+
+def comparison_markdown(comparison: Comparison, *, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
+    """The summary: a verdict line, the cases that need attention worst first, the rest
+    collapsed; at most ``max_bytes`` of UTF-8."""
+    doc = Budget(max_bytes)
+    doc.force(f"### {verdict_line(comparison)}")
+    doc.force("")
+    doc.force(
+        f"comparison {md_code(comparison.id, table=False)} · A B B A interleaved · "
+        + ("same runner" if comparison.same_runner else "**different environments**")
+    )
     if comparison.env_differences:
-        lines.append(f"Environment differs in: {', '.join(comparison.env_differences)}.")
+        doc.add(
+            "Environment differs in: "
+            + ", ".join(md_code(d, table=False) for d in comparison.env_differences)
+            + "."
+        )
     if comparison.noise_source:
-        lines.append(
-            f"Latency margins widened by calibrated noise from `{comparison.noise_source}`."
+        doc.add(
+            "Latency margins widened by calibrated noise from "
+            f"{md_code(comparison.noise_source, table=False)}."
         )
-    lines += [
-        "",
-        "| | case | verdict | latency | quality | failures (base / head passed) "
-        "| first divergence |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for c in comparison.cases:
-        f = c.failures
-        lines.append(
-            "| "
-            + " | ".join(
-                _cell(x)
-                for x in (
-                    _ICON.get(c.verdict, ""),
-                    f"`{c.name}`",
-                    c.verdict + (" (unstable)" if c.unstable else ""),
-                    _latency_line(c),
-                    _quality_line(c),
-                    f"{f.verdict}: {f.base_passed}/{f.base_passed + f.base_failed} / "
-                    f"{f.head_passed}/{f.head_passed + f.head_failed}",
-                    _divergence(c),
-                )
-            )
-            + " |"
-        )
-    notes = [c for c in comparison.cases if c.reason and c.verdict != "no_change"]
-    if notes:
-        lines += ["", "<details><summary>why</summary>", ""]
-        lines += [f"- `{c.name}`: {_cell(c.reason)}" for c in notes]
-        lines += ["", "</details>"]
     for e in comparison.infra_errors:
-        lines.append(f"\n⚠️ harness error: {_cell(e)}")
-    return "\n".join(lines) + "\n"
+        doc.force("")
+        doc.add(f"⚠️ harness error: {md_text(first_line(e), limit=CELL_CHARS * 2)}")
+    rank = {v: i for i, v in enumerate(VERDICTS)}
+    ordered = sorted(comparison.cases, key=lambda c: rank.get(c.verdict, -1))
+    attention = [c for c in ordered if c.verdict not in _ATTENTION_LAST]
+    rest = [c for c in ordered if c.verdict in _ATTENTION_LAST]
+    if attention:
+        doc.force("")
+        doc.table(_HEADER, (_case_row(c) for c in attention))
+    if rest:
+        closing = "</details>"
+        reserve = Budget.NOTE_RESERVE + len(closing) + 2
+        if not doc.left_out and doc.fits("<details>", reserve + 200):
+            doc.force("")
+            doc.force(f"<details><summary>{len(rest)} no change</summary>")
+            doc.force("")
+            doc.table(_HEADER, (_case_row(c) for c in rest), reserve)
+            doc.force("")
+            doc.force(closing)
+        else:
+            doc.left_out += len(rest)
+    notes = [c for c in attention if c.reason]
+    if notes and not doc.left_out and doc.fits("<details>", 800):
+        doc.force("")
+        doc.force("<details><summary>why</summary>")
+        doc.force("")
+        for c in notes:
+            doc.add(
+                f"- {md_code(c.name, table=False)}: {md_text(c.reason, limit=CELL_CHARS * 4)}",
+                Budget.NOTE_RESERVE + 16,
+            )
+        doc.force("")
+        doc.force("</details>")
+    return doc.text(f"`comparison.json` of comparison {md_code(comparison.id, table=False)}")
+
+
+def _divergence_md(c: CaseComparison) -> str:
+    d = c.divergence
+    if d.kind in ("none", "missing"):
+        return d.kind
+    extra = _divergence_extra(c).strip()
+    return f"{md_text(d.kind)} at {md_code(d.first or '?')}" + (
+        f" {md_text(extra)}" if extra else ""
+    )
 
 
 def explain_case_comparison(c: CaseComparison) -> str:
@@ -126,5 +222,5 @@ def explain_case_comparison(c: CaseComparison) -> str:
     )
     lines.append(f"latency: {_latency_line(c)}")
     lines.append(f"quality: {_quality_line(c)}")
-    lines.append(f"first divergence: {_divergence(c).replace('`', '')}")
+    lines.append(f"first divergence: {_divergence(c)}")
     return "\n".join(lines)

@@ -331,13 +331,16 @@ def test_pipes_newlines_and_backticks_keep_the_summary_table_whole() -> None:
     )
     md = summary_markdown(report)
     rows = _table_rows(md)
-    assert len(rows) == 2 and all(len(r) == 4 for r in rows), rows
-    name, status, attempts, note = rows[1]
+    # the attention table (see tests/report/test_markdown.py): icon, case, status, check,
+    # obtained, required, first error
+    assert len(rows) == 2 and all(len(r) == 7 for r in rows), rows
+    _, name, status, check_name, obtained, _, note = rows[1]
     assert "load|er" in name and "c pu" in name  # the whole name, on one line
-    assert status == "failed" and attempts == "0"
-    assert note.startswith("a | b") and note.endswith("...")  # the first line, not a blank one
-    (not_run,) = [line for line in md.splitlines() if line.startswith("- ")]
-    assert "no model" in not_run
+    assert status == "failed" and check_name == "`q`" and obtained == "not run"
+    assert note == "`no ...`"  # the check's reason, its first line, not a blank one
+    reason_only = _report(status="failed", reason="\n" + NASTY)
+    (row,) = _table_rows(summary_markdown(reason_only))[1:]
+    assert row[-1].startswith("`a | b") and row[-1].endswith("...`")
 
 
 def test_a_backtick_in_a_name_does_not_end_its_code_span() -> None:

@@ -94,7 +94,8 @@ def test_an_absent_shard_lists_its_cases_missing_with_the_reason_and_exits_3(
     errors = [tc for tc in suite.iter("testcase") if tc.find("error") is not None]
     assert all(tc.find("error").get("type") == "missing" for tc in errors)  # type: ignore[union-attr]
     summary = (tmp_path / "summary.md").read_text()
-    assert "Missing (" in summary and "shard 2/3 report not found" in summary
+    assert f"**Missing** ({len(lost)} planned case(s)" in summary
+    assert "shard 2/3 report not found" in summary
 
 
 def test_fail_fast_cases_stay_missing_with_their_reason_and_the_run_fails(tmp_path: Path) -> None:
