@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from harness.cli import bisect, compare, plan, refs, report, run
+from harness.cli import bisect, compare, plan, platforms, refs, report, run
 from harness.errors import HarnessError
 
 EXAMPLES = """\
@@ -21,6 +21,7 @@ examples:
   harness compare --base main --head HEAD -k t2va-int8
   harness plan cases/ -k loader
   harness refs verify
+  harness platforms --runner mi300x            # what this machine has; does the profile fit
 """
 
 
@@ -40,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in (run, compare, bisect, plan, report):
+    for module in (run, compare, bisect, plan, report, platforms):
         module.add_parser(sub)
     refs.add_parser(sub)
     return parser
