@@ -180,10 +180,18 @@ torch.npu = _Npu()
 '''
 
 H100 = {"name": "NVIDIA H100 80GB HBM3", "memory": 85_000_000_000, "mp": 132, "cap": [9, 0]}
-MI300X = {"name": "AMD Instinct MI300X", "memory": 206_000_000_000, "mp": 304,
-          "gcn": "gfx942:sramecc+:xnack-"}
-MI355X = {"name": "AMD Instinct MI355X", "memory": 288_000_000_000, "mp": 256,
-          "gcn": "gfx950:sramecc+:xnack-"}
+MI300X = {
+    "name": "AMD Instinct MI300X",
+    "memory": 206_000_000_000,
+    "mp": 304,
+    "gcn": "gfx942:sramecc+:xnack-",
+}
+MI355X = {
+    "name": "AMD Instinct MI355X",
+    "memory": 288_000_000_000,
+    "mp": 256,
+    "gcn": "gfx950:sramecc+:xnack-",
+}
 
 
 def fake_cuda_torch(n: int = 1, **extra: Any) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from platcases import REPO, run_py
 from harness import platforms
 from harness.model import vocab
 
-PLUGIN = '''
+PLUGIN = """
 from harness.platforms import Detection, Identity, Platform
 
 
@@ -41,7 +41,7 @@ class Gaudi(Platform):
 
 PLATFORM = Gaudi()
 NOT_A_PLATFORM = object()
-'''
+"""
 
 
 def write_distribution(site: Path, entry_points: str) -> Path:
@@ -107,10 +107,14 @@ def test_broken_third_party_entry_points_are_reported_by_name_and_never_crash(
     assert out["known"] == [*vocab.PLATFORMS, "gaudi"]  # the good one still loads
     errors = "\n".join(out["errors"])
     assert len(out["errors"]) == 3, errors
-    assert "entry point 'missing' (harness.platforms = 'harness_no_such_module:PLATFORM'): " \
+    assert (
+        "entry point 'missing' (harness.platforms = 'harness_no_such_module:PLATFORM'): "
         "failed to load: ModuleNotFoundError" in errors
-    assert "entry point 'thing' (harness.platforms = 'harness_gaudi:NOT_A_PLATFORM'): is a " \
+    )
+    assert (
+        "entry point 'thing' (harness.platforms = 'harness_gaudi:NOT_A_PLATFORM'): is a "
         "object, expected a harness.platforms.Platform instance" in errors
+    )
     assert "entry point 'cuda'" in errors and "Platform.name must be the same" in errors
 
 
