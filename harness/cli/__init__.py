@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from harness.cli import bisect, compare, merge, plan, refs, report, run
+from harness.cli import bisect, compare, merge, plan, platforms, refs, report, run
 from harness.errors import HarnessError
 
 EXAMPLES = """\
@@ -23,6 +23,7 @@ examples:
   harness plan --shards 4 --durations reports/latest   # then: harness run --shard 2/4 ...
   harness merge shard-*/ --out reports/merged
   harness refs verify
+  harness platforms --runner mi300x            # what this machine has; does the profile fit
 """
 
 
@@ -42,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in (run, compare, bisect, plan, report, merge):
+    for module in (run, compare, bisect, plan, report, merge, platforms):
         module.add_parser(sub)
     refs.add_parser(sub)
     return parser

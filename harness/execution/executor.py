@@ -12,13 +12,13 @@ import datetime as dt
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from harness.cases import PlanItem
-from harness.errors import WorkerError
+from harness.errors import ProfileError, WorkerError
 from harness.execution.pool import (
     ProtocolViolation,
     WorkerCrashed,
@@ -30,6 +30,7 @@ from harness.execution.pool import (
 from harness.execution.retry import OOM_EVIDENCE, oom_kill_count
 from harness.fsio import slug
 from harness.model import Attempt, ErrorInfo, Side
+from harness.platforms.devices import check_device_count, count_devices, device_slot
 from harness.platforms.profile import Profile
 from harness.references.store import platform_chain
 from harness.worker import protocol as p
@@ -75,6 +76,10 @@ class Executor:
         # (side, platform) -> None when the platform is really there, else why it is simulated
         self.simulated: dict[tuple[str, str], str | None] = {}
         self.infra_errors: list[str] = []
+        # Device assignment: worker group (side, platform) -> its slot, and what the check of
+        # the profile's device_count against this machine said.
+        self._slots: dict[tuple[str, str], int] = {}
+        self.device_check: str | None = None
 
     # -- workers -------------------------------------------------------------------------------
 
@@ -97,8 +102,63 @@ class Executor:
             python=s.python,
             cwd=s.cwd,
             side=side,
+            devices=self.devices_of(side, platform),
             **kw,
         )
+
+    def devices_of(self, side: Side, platform: str) -> tuple[int, ...]:
+        """The device the worker group (side, platform) owns: only the profile's platform is
+        pinned, and only when the profile has a ``device_count``; groups take slots in the
+        order they are first needed (see :mod:`harness.platforms.devices`)."""
+        prof = self.profile
+        if prof.device_count < 1 or platform != prof.platform:
+            return ()
+        slot = self._slots.setdefault((side, platform), len(self._slots))
+        device = device_slot(slot, prof.device_count, os.environ)
+        return () if device is None else (device,)
+
+    def check_devices(self, platforms: Iterable[str]) -> None:
+        """Check the profile's ``device_count`` against this machine before any work, when the
+        plan runs on the profile's platform and the profile shares out several devices.
+
+        Counted in an unpinned interpreter of the first side; a simulated platform is not
+        checked (said so); a real one with fewer devices raises a ProfileError naming the
+        profile file and the key. A ``device_count`` of 1 needs no count: the platform probe
+        of the first attempt says whether the device is there.
+        """
+        prof = self.profile
+        if self.device_check is not None or prof.platform not in set(platforms):
+            return
+        if prof.device_count < 2:
+            return
+        side = next(iter(self.sides.values()))
+        env = dict(os.environ)
+        paths = [*side.code_roots, env.get("PYTHONPATH", "")]
+        env["PYTHONPATH"] = os.pathsep.join(x for x in paths if x)
+        found = count_devices(prof.platform, python=side.python, env=env)
+        ok, msg = check_device_count(prof.source, prof.platform, prof.device_count, found)
+        self.device_check = msg
+        self.say(msg)
+        if not ok:
+            raise ProfileError(msg)
+
+    def _device_record(self, side: Side) -> dict[str, Any]:
+        """What the environment record says about devices: the profile's count, the check,
+        and the device each worker group of this side was pinned to."""
+        prof = self.profile
+        pins = {
+            plat: WorkerSpec(plat, devices=self.devices_of(s, plat))
+            .pin_env()
+            .get("HARNESS_DEVICES")
+            for (s, plat) in self._slots
+            if s == side
+        }
+        return {
+            "profile_platform": prof.platform,
+            "device_count": prof.device_count,
+            "check": self.device_check,
+            "pinned": pins,
+        }
 
     def chain(self, platform: str) -> tuple[str, ...]:
         """Where thresholds and references are looked up: runner class (when this run's
@@ -138,6 +198,19 @@ class Executor:
         )
         if not ok:
             self.say(f"platform {platform}: {self.simulated[key]}; results labelled simulated")
+        prof = self.profile
+        if self.device_check is None and platform == prof.platform and prof.device_count >= 1:
+            where = prof.source or "the runner profile"
+            self.device_check = (
+                f"{where}: device_count = {prof.device_count} not checked: {platform} is "
+                f"simulated here ({detail})"
+                if not ok
+                else f"{where}: device_count = {prof.device_count}: {platform} is here ({detail})"
+            )
+            if not ok:
+                self.say(self.device_check)
+        if side in self.env and "error" not in self.env[side]:
+            self.env[side]["device_assignment"] = self._device_record(side)
 
     # -- one attempt ---------------------------------------------------------------------------
 

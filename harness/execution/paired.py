@@ -51,6 +51,7 @@ class PairedRunner(Runner):
         runnable = [i for i in items if i.skip_reason is None]
         if not runnable or rounds <= 0:
             return 0
+        self.executor.check_devices(i.platform for i in runnable)
         cold = [i for i in runnable if i.name not in self._warmed]
         warm = Interleaved(cold, rounds=0) if cold else None
         done = 0

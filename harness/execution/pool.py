@@ -20,7 +20,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
 
+from harness import platforms
 from harness.errors import WorkerError
+from harness.platforms.devices import pin_env
 from harness.worker import protocol as p
 
 # Importing torch in the worker before the first attempt keeps its one-off import cost out of
@@ -80,10 +82,21 @@ class WorkerSpec:
     extra_env: tuple[tuple[str, str], ...] = ()
     side: str = "head"
     fresh: bool = False
+    # The devices this worker owns (0-based, within what the manager sees); pinned at spawn
+    # through the platform's visible-devices variable. Empty: not pinned.
+    devices: tuple[int, ...] = ()
 
     @property
     def group(self) -> str:
         return f"{self.side}:{self.platform}@{':'.join(self.code_roots) or '.'}"
+
+    def pin_env(self) -> dict[str, str]:
+        """The environment variables that pin this worker to :attr:`devices`."""
+        try:
+            plat = platforms.get(self.platform)
+        except KeyError:
+            return {}
+        return pin_env(plat, self.devices, os.environ)
 
 
 class WorkerHandle:
@@ -101,6 +114,7 @@ class WorkerHandle:
         env["PYTHONPATH"] = os.pathsep.join(x for x in paths if x)
         env["HARNESS_PLATFORM"] = spec.platform
         env["HARNESS_MANAGER_PID"] = str(os.getpid())
+        env.update(spec.pin_env())
         env.update(dict(spec.extra_env))
         argv = [spec.python, "-m", "harness.worker", "--stackdump", str(self.dump_path)]
         for mod in () if spec.fresh else spec.preimport:

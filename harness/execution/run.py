@@ -278,6 +278,7 @@ class Runner:
 
     def run_plan(self, items: Sequence[PlanItem]) -> list[CaseResult]:
         out = []
+        self.executor.check_devices(i.platform for i in items if i.skip_reason is None)
         try:
             for i, item in enumerate(items, 1):
                 if self.options.item_progress is not None and self.failed_fast is None:

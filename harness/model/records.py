@@ -142,6 +142,10 @@ class CheckResult:
         )
 
 
+# Attempt fields left out of the JSON when empty (newer, optional fields of the record).
+_OMIT_EMPTY = frozenset({"stage_device", "stage_memory"})
+
+
 @dataclass(frozen=True)
 class Attempt:
     """One execution of one case on one platform, recorded whatever happened."""
@@ -168,11 +172,17 @@ class Attempt:
     fresh_process: bool = False
     side: Side = "head"
     round: int = 0  # comparison round (interleaved schedules); 0 in a plain run
+    # Per stage, where the platform measures them (absent from the JSON otherwise, e.g. on the
+    # CPU): device seconds from device events, and peak allocated device bytes.
+    stage_device: Mapping[str, float] = field(default_factory=dict)
+    stage_memory: Mapping[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {}
         for f in fields(self):
             v = getattr(self, f.name)
+            if f.name in _OMIT_EMPTY and not v:
+                continue
             if f.name == "checks":
                 v = [c.to_json() for c in v]
             elif f.name == "error":

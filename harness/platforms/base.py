@@ -18,6 +18,8 @@ reason. It crosses the worker protocol as JSON and is recorded in report.json.
 
 from __future__ import annotations
 
+import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -139,3 +141,114 @@ class Platform:
     def identity(self) -> Identity:
         """The real identity of this machine's devices (call only when detected)."""
         raise NotImplementedError
+
+    def device_count(self) -> int:
+        """How many devices of this platform this process sees (0 when it is not there)."""
+        return self.identity().device_count if self.detect().available else 0
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What tells this runner's devices from another's: driver, runtime, architecture,
+        device names, total memory, multiprocessor count and clocks where readable. The
+        default is the identity's own fields; platforms add what their runtime exposes."""
+        ident = self.identity()
+        return {
+            "platform": ident.platform,
+            "arch": ident.arch,
+            "driver": ident.driver,
+            "runtime": ident.runtime,
+            "device_names": list(ident.device_names),
+            "device_count": ident.device_count,
+            **dict(ident.extra),
+        }
+
+    # --- the stage probe: synchronize, device-event timing, peak memory ------------------
+    # ``probe.stage`` calls these through :class:`StageDevice`. None of them imports anything:
+    # they act only when this platform's runtime is already loaded *and* its device is
+    # initialized in this process, so a simulated platform (whose runtime is absent) and a
+    # target that never touched the device cost nothing.
+
+    def backend(self) -> Any | None:
+        """The initialized device module (``torch.cuda``, ``torch.npu``, ...) of this process,
+        or None when this platform's runtime is not loaded or its device not initialized."""
+        return None
+
+    def synchronize(self) -> bool:
+        """Wait for the device's queued work. False when there is nothing to synchronize
+        (runtime not loaded, device not initialized); a device error raised by the runtime
+        (where an asynchronous fault surfaces) propagates to the caller."""
+        be = self.backend()
+        if be is None:
+            return False
+        be.synchronize()
+        return True
+
+    def stage_start(self) -> StageMark:
+        """Synchronize, reset the peak-memory counter and start the stage's clocks."""
+        be = self.backend()
+        if be is not None:
+            be.synchronize()
+        mark = StageMark(backend=be, wall_start=time.perf_counter())
+        if be is None:
+            return mark
+        if self.has_peak_memory:
+            mark.peak_before = int(be.max_memory_allocated())
+            be.reset_peak_memory_stats()
+        event = getattr(be, "Event", None)
+        if self.has_device_events and event is not None:
+            mark.start_event = event(enable_timing=True)
+            mark.start_event.record()
+        return mark
+
+    def stage_stop(self, mark: StageMark) -> StageReading:
+        """Synchronize and read the stage: wall seconds, device seconds (device events) and
+        peak allocated device bytes since :meth:`stage_start`; None where not measurable."""
+        be = mark.backend
+        if be is None:
+            be = self.backend()  # the target initialized the device inside the stage
+            if be is not None:
+                be.synchronize()
+            return StageReading(time.perf_counter() - mark.wall_start, None, self._peak(be))
+        end = None
+        if mark.start_event is not None:
+            end = be.Event(enable_timing=True)
+            end.record()
+        be.synchronize()
+        wall = time.perf_counter() - mark.wall_start
+        device = None
+        if end is not None and mark.start_event is not None:
+            device = float(mark.start_event.elapsed_time(end)) / 1000.0
+        return StageReading(wall, device, self._peak(be))
+
+    def _peak(self, be: Any | None) -> int | None:
+        if be is None or not self.has_peak_memory:
+            return None
+        return int(be.max_memory_allocated())
+
+    # Whether the backend module has device events / a peak-memory counter.
+    has_device_events: bool = False
+    has_peak_memory: bool = False
+
+
+@dataclass
+class StageMark:
+    """What :meth:`Platform.stage_start` handed out, for :meth:`Platform.stage_stop`."""
+
+    backend: Any | None
+    wall_start: float
+    start_event: Any | None = None
+    peak_before: int | None = None  # the counter's value before the reset (an outer stage's)
+
+
+@dataclass(frozen=True)
+class StageReading:
+    """One stage's measurement: synchronized wall seconds, device-event seconds (None without
+    device events) and peak allocated device bytes (None without a counter)."""
+
+    wall_s: float
+    device_s: float | None
+    peak_bytes: int | None
+
+
+def loaded_torch() -> Any | None:
+    """torch when this process already imported it, else None (never imports it)."""
+    return sys.modules.get("torch")

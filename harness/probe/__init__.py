@@ -23,8 +23,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import sys
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +39,7 @@ from harness.probe.content import (
     describe,
     hash_input,
 )
+from harness.probe.stages import StageBook, StageDevice, measure
 
 __all__ = [
     "active",
@@ -64,7 +63,9 @@ class _Recorder:
     seed: int | None
     platform: str | None
     output_dir: Path | None
-    stages: dict[str, float] = field(default_factory=dict)
+    # The attempt's platform, for synchronize / device events / peak memory (None: wall time).
+    device: StageDevice | None = None
+    book: StageBook = field(default_factory=StageBook)
     fingerprints: dict[str, dict[str, Any]] = field(default_factory=dict)
     inputs: dict[str, str] = field(default_factory=dict)
     outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -72,14 +73,40 @@ class _Recorder:
     # Output arrays kept in memory so checks in the same worker need not re-read the files.
     output_arrays: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self.book.device = self.device
+
+    @property
+    def stages(self) -> dict[str, float]:
+        """Stage name -> synchronized wall seconds, in the order the stages started."""
+        return self.book.stages
+
+    @property
+    def stage_device(self) -> dict[str, float]:
+        """Stage name -> device seconds (device events); empty where the platform has none."""
+        return self.book.device_s
+
+    @property
+    def stage_memory(self) -> dict[str, int]:
+        """Stage name -> peak allocated device bytes; empty without a device counter."""
+        return self.book.memory
+
 
 _current: _Recorder | None = None
 
 
-def _begin(seed: int | None, platform: str | None, output_dir: Path | None) -> _Recorder:
-    """Start recording an attempt (called by the worker only)."""
+def _begin(
+    seed: int | None,
+    platform: str | None,
+    output_dir: Path | None,
+    *,
+    device: StageDevice | None = None,
+) -> _Recorder:
+    """Start recording an attempt (called by the worker only). ``device`` is the attempt's
+    platform object (``harness.platforms.get(name)``), through which stages synchronize, read
+    device events and peak memory; None times stages by wall clock alone."""
     global _current
-    _current = _Recorder(seed=seed, platform=platform, output_dir=output_dir)
+    _current = _Recorder(seed=seed, platform=platform, output_dir=output_dir, device=device)
     return _current
 
 
@@ -114,35 +141,22 @@ def note(name: str, value: Any) -> None:
     _current.notes[name] = value
 
 
-def _synchronize() -> None:
-    # Only synchronize a device the target already initialized: never import torch ourselves.
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return
-    with contextlib.suppress(Exception):
-        if torch.cuda.is_initialized():
-            torch.cuda.synchronize()
-
-
 @contextlib.contextmanager
 def stage(name: str) -> Iterator[None]:
-    """Time a named stage (device-synchronized when a device is active); stages keep their order.
+    """Time a named stage; stages keep their order, and one entered twice accumulates.
 
-    A stage entered twice accumulates its time, so a loop body can be one stage.
+    Through the attempt's platform, when its device is initialized: synchronized before and
+    after (a device fault surfacing at that synchronize is raised here, into the attempt),
+    device time from device events where the platform has them (``stage_device`` of the
+    attempt record), and the peak allocated device memory while it was open
+    (``stage_memory``). Torch is never imported here: an uninitialized device, or the CPU,
+    leaves a plain wall-clock span.
     """
     if _current is None:
         yield
         return
-    rec = _current
-    # Claim the slot on entry so stages are listed in the order they started, outer first.
-    rec.stages.setdefault(name, 0.0)
-    _synchronize()
-    start = time.perf_counter()
-    try:
+    with measure(_current.book, name):
         yield
-    finally:
-        _synchronize()
-        rec.stages[name] += time.perf_counter() - start
 
 
 def fingerprint(name: str, tensor_or_array: Any) -> None:
@@ -239,6 +253,8 @@ def snapshot(rec: _Recorder) -> Mapping[str, Any]:
     """The JSON-ready part of a recorder (arrays left out)."""
     return {
         "stages": dict(rec.stages),
+        "stage_device": dict(rec.stage_device),
+        "stage_memory": dict(rec.stage_memory),
         "fingerprints": dict(rec.fingerprints),
         "inputs": dict(rec.inputs),
         "outputs": dict(rec.outputs),

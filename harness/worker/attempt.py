@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness import probe
+from harness import platforms, probe
 from harness.checks import evaluate_attempt_checks
 from harness.model import Attempt, Case, ErrorInfo
 from harness.worker.protocol import AttemptJob
@@ -160,6 +160,17 @@ def _base_message(exc: BaseException) -> str:
     return f"the target raised {type(exc).__name__}{detail}"
 
 
+def stage_device(platform: str) -> platforms.Platform | None:
+    """The platform object the attempt's stages measure through (synchronize, device events,
+    peak memory). It acts only where that platform's runtime is loaded and initialized in this
+    process, so a simulated platform measures wall time alone; an unknown name (a third-party
+    platform that did not load in this worker) falls back to wall time too."""
+    try:
+        return platforms.get(platform)
+    except KeyError:
+        return None
+
+
 def run_attempt(job: AttemptJob) -> Attempt:
     """Execute one attempt described by ``job`` and record it, whatever the target does."""
     case = job.case
@@ -167,7 +178,7 @@ def run_attempt(job: AttemptJob) -> Attempt:
     output_dir = Path(job.output_dir) if job.output_dir else None
     started = dt.datetime.now(dt.UTC).isoformat()
     seed_everything(seed)
-    rec = probe._begin(seed, platform, output_dir)
+    rec = probe._begin(seed, platform, output_dir, device=stage_device(platform))
     status = "passed"
     error: ErrorInfo | None = None
     pid = os.getpid()
@@ -264,4 +275,6 @@ def run_attempt(job: AttemptJob) -> Attempt:
         fresh_process=case.fresh_process,
         side=job.side,  # type: ignore[arg-type]
         round=job.round,
+        stage_device=rec.stage_device,
+        stage_memory=rec.stage_memory,
     )

@@ -31,7 +31,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ENV_KEYS", "collect_env", "env_digest", "git_state"]
+from harness import platforms
+
+__all__ = ["ENV_KEYS", "OPTIONAL_ENV_KEYS", "collect_env", "env_digest", "git_state"]
 
 # Top-level keys collect_env always produces; the report schema requires them.
 ENV_KEYS: tuple[str, ...] = (
@@ -55,6 +57,10 @@ ENV_KEYS: tuple[str, ...] = (
     "ci_provider",
     "git",
 )
+
+# Keys collect_env also produces that the schema does not require (reports written before them
+# stay valid): the fingerprint of every real platform.
+OPTIONAL_ENV_KEYS: tuple[str, ...] = ("platform_fingerprints",)
 
 # Long enough for a loaded nvidia-smi, short enough that a wedged driver cannot stall a run.
 _DRIVER_TIMEOUT_S = 5.0
@@ -118,6 +124,27 @@ def collect_env(code_root: Path | None) -> dict[str, Any]:
         "ci": ci,
         "ci_provider": provider,
         "git": git_state(code_root),
+        # Per real platform (the CPU too): driver, runtime, arch, devices, memory, clocks.
+        "platform_fingerprints": _platform_fingerprints(),
+    }
+
+
+def _platform_fingerprints() -> dict[str, Any]:
+    try:
+        return platforms.fingerprints()
+    except Exception as exc:  # never lose the record for a broken plugin or driver
+        return {"error": _oneline(exc)}
+
+
+def _fingerprint_basis(fps: Any) -> Any:
+    """The comparable part of the platform fingerprints (free-text reasons left out)."""
+    if not isinstance(fps, Mapping):
+        return None
+    return {
+        name: {k: v for k, v in fp.items() if k not in ("reason",)}
+        if isinstance(fp, Mapping)
+        else fp
+        for name, fp in sorted(fps.items())
     }
 
 
@@ -125,7 +152,9 @@ def env_basis(env: Mapping[str, Any]) -> dict[str, Any]:
     """The fields that make two runs comparable (what :func:`env_digest` hashes).
 
     Covers the Python version, torch version and its CUDA/HIP build, device names, the numeric
-    and media library versions, and the host / runner name. Paths, git state and driver text
+    and media library versions, the host / runner name, and the fingerprint of each real
+    platform (driver and runtime versions, architecture, device names, memory, multiprocessor
+    count and clocks where readable). Paths, git state and driver text
     are left out: they differ between base and head, or between two jobs on one runner, without
     making latencies incomparable. Missing keys (an older report) hash as ``None``.
     """
@@ -152,6 +181,7 @@ def env_basis(env: Mapping[str, Any]) -> dict[str, Any]:
         "ffmpeg": env.get("ffmpeg"),
         "hostname": env.get("hostname"),
         "runner_name": env.get("runner_name"),
+        "platform_fingerprints": _fingerprint_basis(env.get("platform_fingerprints")),
     }
 
 

@@ -1,0 +1,1 @@
+"""Fixtures for the platform tests (helpers live in platcases.py)."""
