@@ -79,6 +79,9 @@ class Executor:
         # Device assignment: worker group (side, platform) -> its slot, and what the check of
         # the profile's device_count against this machine said.
         self._slots: dict[tuple[str, str], int] = {}
+        # the device slot of each platform: base and head of a comparison share it, so the
+        # two sides of a same-runner comparison run on the same device, never two of them
+        self._platform_slots: dict[str, int] = {}
         self.device_check: str | None = None
 
     # -- workers -------------------------------------------------------------------------------
@@ -108,12 +111,14 @@ class Executor:
 
     def devices_of(self, side: Side, platform: str) -> tuple[int, ...]:
         """The device the worker group (side, platform) owns: only the profile's platform is
-        pinned, and only when the profile has a ``device_count``; groups take slots in the
-        order they are first needed (see :mod:`harness.platforms.devices`)."""
+        pinned, and only when the profile has a ``device_count``; platforms take slots in the
+        order they are first needed (see :mod:`harness.platforms.devices`), and the base and
+        head workers of one platform share its device (they never run at the same time)."""
         prof = self.profile
         if prof.device_count < 1 or platform != prof.platform:
             return ()
-        slot = self._slots.setdefault((side, platform), len(self._slots))
+        slot = self._platform_slots.setdefault(platform, len(self._platform_slots))
+        self._slots.setdefault((side, platform), slot)
         device = device_slot(slot, prof.device_count, os.environ)
         return () if device is None else (device,)
 
