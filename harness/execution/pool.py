@@ -80,6 +80,8 @@ class WorkerSpec:
     extra_env: tuple[tuple[str, str], ...] = ()
     side: str = "head"
     fresh: bool = False
+    # How long the worker may take to start (platform policy ``timeouts.worker_start_s``).
+    start_timeout_s: float = STARTUP_TIMEOUT_S
 
     @property
     def group(self) -> str:
@@ -119,7 +121,7 @@ class WorkerHandle:
         self._buf = b""
         self.attempts_served = 0
         try:
-            line = self._read_line(STARTUP_TIMEOUT_S)
+            line = self._read_line(spec.start_timeout_s)
             ready = p.decode_reply(line, nonce=None, pid=self.pid)
         except p.ProtocolError as exc:
             self.kill()
@@ -129,7 +131,8 @@ class WorkerHandle:
         except WorkerTimeout as exc:
             self.kill()
             raise WorkerError(
-                f"worker for {spec.group} did not start within {STARTUP_TIMEOUT_S:.0f} s; "
+                f"worker for {spec.group} did not start within {spec.start_timeout_s:.0f} s "
+                "(policy timeouts.worker_start_s); "
                 f"log: {self.log_path}"
             ) from exc
         except WorkerCrashed as exc:

@@ -51,6 +51,7 @@ __all__ = [
     "note",
     "output",
     "platform",
+    "platform_info",
     "record_input",
     "seed",
     "stage",
@@ -71,15 +72,22 @@ class _Recorder:
     notes: dict[str, Any] = field(default_factory=dict)
     # Output arrays kept in memory so checks in the same worker need not re-read the files.
     output_arrays: dict[str, Any] = field(default_factory=dict)
+    # The platform identity the attempt runs as (harness.platforms.Identity JSON).
+    info: Mapping[str, Any] | None = None
 
 
 _current: _Recorder | None = None
 
 
-def _begin(seed: int | None, platform: str | None, output_dir: Path | None) -> _Recorder:
+def _begin(
+    seed: int | None,
+    platform: str | None,
+    output_dir: Path | None,
+    info: Mapping[str, Any] | None = None,
+) -> _Recorder:
     """Start recording an attempt (called by the worker only)."""
     global _current
-    _current = _Recorder(seed=seed, platform=platform, output_dir=output_dir)
+    _current = _Recorder(seed=seed, platform=platform, output_dir=output_dir, info=info)
     return _current
 
 
@@ -103,6 +111,24 @@ def seed() -> int | None:
 def platform() -> str | None:
     """The platform the attempt runs on (``cpu``, ``cuda``, ``hip``, ...), or None outside one."""
     return _current.platform if _current is not None else None
+
+
+def platform_info() -> Mapping[str, Any] | None:
+    """The platform identity the attempt runs as, or None outside one (or when the harness
+    knows only the platform's name).
+
+    Keys: ``platform``, ``arch`` (``gfx942``, ``sm_90``...), ``fp8`` (``e4m3fn``,
+    ``e4m3fnuz`` or None), ``capabilities`` (``int8_mm``, ``fused_kernels``, ``fp8``...),
+    ``simulated`` (True when the attempt runs on the CPU presenting that platform) and
+    ``reason``. A target decides its kernel paths from it, so a simulated platform exercises
+    that platform's decisions; what then really executes is a separate fact.
+
+    >>> info = platform_info() or {}                          # doctest: +SKIP
+    >>> "int8_mm" in info.get("capabilities", ())             # doctest: +SKIP
+    """
+    if _current is None or _current.info is None:
+        return None
+    return dict(_current.info)
 
 
 def note(name: str, value: Any) -> None:
