@@ -60,7 +60,7 @@ def simulated_skip(spec: CheckSpec, chain: Sequence[str], why: str) -> CheckResu
     return _not_run(
         spec,
         chain,
-        f"not run: simulated ({why}); this check asserts what ran on the device",
+        f"not run: {why}; this check asserts what ran on the device",
         {"not_run": "simulated", "needs_device": True},
     )
 
