@@ -242,11 +242,18 @@ def _parse_check(ctx: _Ctx, index: int, raw: Any) -> CheckSpec:
     thresholds = raw.get("thresholds", {})
     for key, value in thresholds.items():
         platform, colon, arch = key.partition(":")
-        if platform not in PLATFORMS or (colon and not _ARCH.fullmatch(arch)):
+        if platform not in PLATFORMS:
             raise CaseFileError(
                 cctx.path,
-                f"{cctx.where}: key 'thresholds.{key}': expected a platform "
-                f"({', '.join(PLATFORMS)}) or 'platform:arch' such as 'hip:gfx950'",
+                f"{cctx.where}: key 'thresholds.{key}': unknown platform '{platform}' "
+                f"(known: {', '.join(PLATFORMS)}; a key may also be 'platform:arch', "
+                "e.g. 'hip:gfx950')",
+            )
+        if colon and not _ARCH.fullmatch(arch):
+            raise CaseFileError(
+                cctx.path,
+                f"{cctx.where}: key 'thresholds.{key}': architecture {arch!r}: expected a name "
+                "such as 'gfx950' or 'sm_90' (letters, digits, '_', '.', '-')",
             )
         _threshold(cctx, f"thresholds.{key}", raw["metric"], raw["op"], value)
     needs_device = raw.get("needs_device", False)

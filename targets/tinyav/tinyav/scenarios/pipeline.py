@@ -84,10 +84,9 @@ def generate(params: GenerationParams, *, reference: bool) -> dict[str, Any]:
 
     from tinyav import dispatch, media
     from tinyav.checkpoint import write_checkpoint
+    from tinyav.fp8 import fp8_dtype_for, fp8_dtype_named
     from tinyav.loader import quantized_modules
     from tinyav.pipeline import Pipeline, Request
-
-    from tinyav.fp8 import fp8_dtype_for, fp8_dtype_named
 
     p = params
     s = resolve_seed(p.seed)
