@@ -37,20 +37,41 @@ def _code(text: str, *, table: bool = True) -> str:
 def summary_markdown(report: RunReport) -> str:
     """A short Markdown summary, for CI step summaries and PR comments."""
     counts = {k: v for k, v in report.counts().items() if v}
+    n_warn = sum(len(c.warnings) for c in report.cases)
+    n_sim = sum(1 for c in report.cases if c.simulated)
     lines = [
         f"# Run {_one_line(report.run_id)}" + (" (interrupted)" if report.interrupted else ""),
         "",
         f"runner {_code(report.runner, table=False)}, "
-        + (", ".join(f"{v} {k}" for k, v in counts.items()) or "no cases"),
+        + (", ".join(f"{v} {k}" for k, v in counts.items()) or "no cases")
+        + (f", {n_warn} warning{'s' if n_warn != 1 else ''}" if n_warn else "")
+        + (f", {n_sim} on simulated platforms" if n_sim else ""),
         "",
         "| case | status | attempts | note |",
         "| --- | --- | --- | --- |",
     ]
     for c in report.cases:
+        note = c.reason or ""
+        if c.warnings:
+            warned = f"{len(c.warnings)} warning{'s' if len(c.warnings) != 1 else ''}"
+            note = f"{warned}; {note}" if note else warned
         lines.append(
             f"| {_code(c.name)} | {_cell(c.status)} | {len(c.attempts)} "
-            f"| {_cell(c.reason or '', first_line=True)} |"
+            f"| {_cell(note, first_line=True)} |"
         )
+    warnings = [
+        f"- {_code(c.name, table=False)} {_one_line(k.name)}: "
+        + _one_line(k.reason or f"{k.value} (want {k.op} {k.threshold})")
+        + (
+            f" (policy warn: {_one_line(str(k.settings['on_fail_rule']))})"
+            if k.settings.get("on_fail_rule")
+            else " (policy warn)"
+        )
+        for c in report.cases
+        for k in c.warnings
+    ]
+    if warnings:
+        lines += ["", "Warnings (a warn policy reports these; the case still passes):", *warnings]
     not_run = [
         f"- {_code(c.name, table=False)} {_one_line(k.name)}: {_one_line(k.reason or '')}"
         for c in report.cases
