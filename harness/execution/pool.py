@@ -140,6 +140,10 @@ class WorkerHandle:
                 f"worker for {spec.group} died at start-up ({exc.how}); log: {self.log_path}\n"
                 + self._log_tail()
             ) from exc
+        except BaseException:
+            # A Ctrl-C while it starts: nobody holds this handle yet, so end the process here.
+            self.kill()
+            raise
         if not isinstance(ready, p.Ready):
             self.kill()
             raise WorkerError(f"worker for {spec.group} sent {ready!r} instead of 'ready'")
