@@ -33,6 +33,7 @@ from harness.execution.pool import (
 from harness.execution.retry import OOM_EVIDENCE, oom_kill_count
 from harness.fsio import slug
 from harness.model import Attempt, Case, ErrorInfo, Side
+from harness.platforms import check, resolve_identity
 from harness.platforms.base import Identity
 from harness.platforms.policy import Policy, apply_quality, threshold_chain
 from harness.platforms.policy import resolve as resolve_policy
@@ -146,15 +147,21 @@ class Executor:
             "policy_record": self.prepare(side, item)[1],
         }
 
-    def _platform(self, side: Side, platform: str) -> None:
+    def _platform(self, side: Side, platform: str, *, fresh: bool = False) -> None:
         """The identity ``platform`` runs as on this side, asked once of a persistent worker
-        (never of a fresh one: a cold-import case must find its interpreter bare)."""
+        (never of a fresh one: a cold-import case must find its interpreter bare). For a
+        fresh-process case on the manager's own interpreter it is resolved here instead, so
+        such a case starts no persistent worker it does not use."""
         key = (side, platform)
         if key in self.identities:
             return
         prof = self.profile
         arch = prof.arch if prof.platform == platform else None
         identity: Mapping[str, Any] | None = None
+        if fresh and self.sides[side].python == sys.executable:
+            ok, detail = check(platform)
+            self._identified(key, ok, detail, resolve_identity(platform, arch).to_json())
+            return
         try:
             handle = self.pool.get(self.spec(side, platform))
             reply = handle.request(
@@ -165,6 +172,16 @@ class Executor:
             identity = getattr(reply, "identity", None)
         except (WorkerError, WorkerTimeout, WorkerCrashed, ProtocolViolation) as exc:
             ok, detail = False, f"platform probe failed: {exc}"
+        self._identified(key, ok, detail, identity)
+
+    def _identified(
+        self,
+        key: tuple[Side, str],
+        ok: bool,
+        detail: str,
+        identity: Mapping[str, Any] | None,
+    ) -> None:
+        platform = key[1]
         self.identities[key] = identity
         # Where the work then ran is told by the devices the attempts recorded (aggregate).
         reason = f"simulated: {platform} is not available here ({detail})"
@@ -208,7 +225,7 @@ class Executor:
         round: int = 0,
     ) -> Attempt:
         """One attempt, recorded whatever happens to the worker."""
-        self._platform(side, item.platform)
+        self._platform(side, item.platform, fresh=item.case.fresh_process)
         case, _ = self.prepare(side, item)
         sub = f"{side}-r{round}-a{index}" if side != "head" or round else f"a{index}"
         out_dir = self.run_dir / "outputs" / slug(item.name) / sub
