@@ -26,7 +26,18 @@ Example::
     output = "video"
     op = ">="
     threshold = 0.98
-    thresholds = { hip = 0.95 }
+    thresholds = { hip = 0.95, "hip:gfx950" = 0.97 }
+
+    [[case.checks]]                 # what executed: needs the real device
+    metric = "note.dispatch.int8_mm.ran"
+    op = "=="
+    threshold = "dequant_matmul"
+    thresholds = { cuda = "dequant_matmul,int_mm" }
+    needs_device = true
+
+A check with ``needs_device = true`` asserts what ran on the hardware: on a simulated platform
+it is *not run: simulated* (with the reason) and does not block the case; checks on decisions
+run everywhere. ``thresholds`` keys are platforms or ``platform:arch``.
 """
 
 from __future__ import annotations
@@ -63,6 +74,7 @@ from harness.model.vocab import (
 # Ids name files and folders (outputs, references): one path segment, never hidden, never
 # "." or "..", so no two ids share a file and none resolves outside its store.
 _ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+_ARCH = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _ID_EXPECTED = "letters, digits, '.', '_' or '-', not starting with '.'"
 _COUNTS = {"repeats": (1, MAX_REPEATS), "warmup": (0, MAX_WARMUP), "retries": (0, MAX_RETRIES)}
 _KNOWN_METRICS = ", ".join((*QUALITY_METRICS, *CASE_LEVEL_METRICS, f"{NOTE_PREFIX}<key>"))
@@ -99,6 +111,7 @@ _CHECK_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "reduce": ((str,), '"worst" or "mean"'),
     "name": ((str,), "string"),
     "settings": ((dict,), "table"),
+    "needs_device": ((bool,), "boolean"),
 }
 
 
@@ -227,14 +240,30 @@ def _parse_check(ctx: _Ctx, index: int, raw: Any) -> CheckSpec:
     _metric(cctx, raw["metric"])
     _threshold(cctx, "threshold", raw["metric"], raw["op"], raw["threshold"])
     thresholds = raw.get("thresholds", {})
-    for platform, value in thresholds.items():
+    for key, value in thresholds.items():
+        platform, colon, arch = key.partition(":")
         if platform not in PLATFORMS:
             raise CaseFileError(
                 cctx.path,
-                f"{cctx.where}: key 'thresholds.{platform}': unknown platform '{platform}' "
-                f"(known: {', '.join(PLATFORMS)})",
+                f"{cctx.where}: key 'thresholds.{key}': unknown platform '{platform}' "
+                f"(known: {', '.join(PLATFORMS)}; a key may also be 'platform:arch', "
+                "e.g. 'hip:gfx950')",
             )
-        _threshold(cctx, f"thresholds.{platform}", raw["metric"], raw["op"], value)
+        if colon and not _ARCH.fullmatch(arch):
+            raise CaseFileError(
+                cctx.path,
+                f"{cctx.where}: key 'thresholds.{key}': architecture {arch!r}: expected a name "
+                "such as 'gfx950' or 'sm_90' (letters, digits, '_', '.', '-')",
+            )
+        _threshold(cctx, f"thresholds.{key}", raw["metric"], raw["op"], value)
+    needs_device = raw.get("needs_device", False)
+    if needs_device and not raw["metric"].startswith(NOTE_PREFIX):
+        raise cctx.fail(
+            "needs_device",
+            needs_device,
+            f"false for '{raw['metric']}': only a note.<key> check asserts what ran on the "
+            "device (a quality metric is judged on the outputs, simulated or not)",
+        )
     _check_json(cctx, "settings", raw.get("settings", {}))
     policy = raw.get("policy", "fail")
     if policy not in POLICIES:
@@ -257,6 +286,7 @@ def _parse_check(ctx: _Ctx, index: int, raw: Any) -> CheckSpec:
         reduce=reduce,
         name=name,
         settings=dict(raw.get("settings", {})),
+        needs_device=needs_device,
     )
 
 

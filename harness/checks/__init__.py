@@ -22,6 +22,7 @@ from harness.checks.notes import note_check
 from harness.checks.quality import QUALITY_METRICS
 from harness.checks.quality import evaluate as evaluate_quality
 from harness.model import Attempt, Case, CheckResult, CheckSpec
+from harness.platforms.policy import Policy
 from harness.references.store import ReferenceStore
 
 __all__ = [
@@ -32,12 +33,15 @@ __all__ = [
     "finiteness_checks",
     "identical_outputs_check",
     "note_check",
+    "simulated_skip",
 ]
 
 CASE_LEVEL_METRICS = frozenset({"identical_outputs"})
 
 
-def _not_run(spec: CheckSpec, chain: Sequence[str], reason: str) -> CheckResult:
+def _not_run(
+    spec: CheckSpec, chain: Sequence[str], reason: str, settings: Mapping[str, Any] | None = None
+) -> CheckResult:
     return CheckResult(
         spec.name,
         spec.metric,
@@ -47,6 +51,17 @@ def _not_run(spec: CheckSpec, chain: Sequence[str], reason: str) -> CheckResult:
         spec.policy,
         passed=None,
         reason=reason,
+        settings=dict(settings or {}),
+    )
+
+
+def simulated_skip(spec: CheckSpec, chain: Sequence[str], why: str) -> CheckResult:
+    """A ``needs_device`` check on a simulated platform: not run, with the reason."""
+    return _not_run(
+        spec,
+        chain,
+        f"not run: {why}; this check asserts what ran on the device",
+        {"not_run": "simulated", "needs_device": True},
     )
 
 
@@ -59,18 +74,30 @@ def evaluate_attempt_checks(
     notes: Mapping[str, Any],
     references_root: str | None,
     ran: bool,
+    threshold_chain: Sequence[str] | None = None,
+    simulated: str | None = None,
 ) -> list[CheckResult]:
-    """The checks that need one attempt's outputs; run in the worker, next to the data."""
+    """The checks that need one attempt's outputs; run in the worker, next to the data.
+
+    ``platform_chain`` is where references are looked up, ``threshold_chain`` where thresholds
+    are (it may hold ``platform:arch`` entries; default: the platform chain). ``simulated`` is
+    why the platform is simulated (None when it is real): checks with ``needs_device`` are then
+    not run, and say so.
+    """
+    chain = tuple(threshold_chain) if threshold_chain is not None else tuple(platform_chain)
     results = finiteness_checks(outputs)
     store = None
     for spec in case.checks:
         if spec.metric in CASE_LEVEL_METRICS:
             continue
+        if spec.needs_device and simulated:
+            results.append(simulated_skip(spec, chain, simulated))
+            continue
         if not ran:
-            results.append(_not_run(spec, platform_chain, "the attempt did not pass"))
+            results.append(_not_run(spec, chain, "the attempt did not pass"))
             continue
         if spec.metric.startswith("note."):
-            results.append(note_check(spec, notes, platform_chain))
+            results.append(note_check(spec, notes, chain))
             continue
         if spec.metric not in QUALITY_METRICS:
             known = sorted({*QUALITY_METRICS, *CASE_LEVEL_METRICS, "note.<key>"})
@@ -80,7 +107,7 @@ def evaluate_attempt_checks(
                     spec.metric,
                     None,
                     spec.op,
-                    spec.threshold_for(platform_chain),
+                    spec.threshold_for(chain),
                     spec.policy,
                     passed=False,
                     reason=f"unknown metric '{spec.metric}' in {case.source} "
@@ -90,17 +117,21 @@ def evaluate_attempt_checks(
             continue
         if store is None and references_root:
             store = ReferenceStore(Path(references_root))
-        results.append(evaluate_quality(spec, case, platform_chain, outputs, arrays, store))
+        results.append(evaluate_quality(spec, case, platform_chain, outputs, arrays, store, chain))
     return results
 
 
 def evaluate_case_checks(
-    case: Case, attempts: Sequence[Attempt], budget: Mapping[str, float]
+    case: Case,
+    attempts: Sequence[Attempt],
+    budget: Mapping[str, float],
+    policy: Policy | None = None,
 ) -> list[CheckResult]:
-    """Checks over all of a case's attempts, run by the manager once the case is done."""
+    """Checks over all of a case's attempts, run by the manager once the case is done; the
+    latency guard follows ``policy`` (:func:`budget_checks`)."""
     results = []
     for spec in case.checks:
         if spec.metric == "identical_outputs":
             results.append(identical_outputs_check(spec, attempts))
-    results.extend(budget_checks(case.id, budget, attempts))
+    results.extend(budget_checks(case.id, budget, attempts, policy))
     return results

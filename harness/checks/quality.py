@@ -72,13 +72,17 @@ def evaluate(
     outputs: Mapping[str, Mapping[str, Any]],
     arrays: Mapping[str, np.ndarray],
     store: ReferenceStore | None,
+    threshold_chain: Sequence[str] | None = None,
 ) -> CheckResult:
     """Run one quality check of one attempt against the pinned reference.
 
     ``outputs`` are the attempt's recorded outputs (``kind``, ``path``, ``meta``...), ``arrays``
     the in-memory arrays of those outputs (a file-only output is decoded from its ``path``).
+    The threshold is read along ``threshold_chain`` (default: ``platform_chain``).
     """
-    threshold = spec.threshold_for(platform_chain)
+    threshold = spec.threshold_for(
+        threshold_chain if threshold_chain is not None else platform_chain
+    )
 
     def result(
         passed: bool | None,

@@ -19,6 +19,8 @@ from typing import Any
 
 from harness import platforms
 from harness.platforms.devices import DeviceCount, check_device_count, count_here
+from harness.platforms.policy import describe as describe_policy
+from harness.platforms.policy import resolve as resolve_policy
 from harness.platforms.profile import Profile, resolve_profile
 
 EPILOG = """\
@@ -80,16 +82,15 @@ def _profile_report(profile: Profile) -> dict[str, Any]:
         "devices_here": found.count,
         "matches": ok,
         "device_check": message,
-        # The resolved platform policy of this profile goes here (see _policy below).
         "policy": _policy(profile),
+        "policy_lines": describe_policy(profile),
     }
 
 
 def _policy(profile: Profile) -> Any:
-    # >>> POLICY: the resolved platform policy of `profile` (harness.platforms.policy, the
-    # policy half of issue #9) is reported here: return its JSON form, and main() prints it
-    # under "policy:". Until that module exists there is nothing to resolve. <<<
-    return None
+    """The resolved platform policy of ``profile`` on its platform: setting -> value, rule
+    and source (the same record report.json keeps with each result)."""
+    return resolve_policy(profile.platform, profile).to_json()
 
 
 def collect(profile: Profile) -> dict[str, Any]:
@@ -141,15 +142,7 @@ def render(data: dict[str, Any]) -> str:
         else "not checked"
     )
     lines.append(f"  device_count: {prof['device_count']} ({verdict}: {prof['device_check']})")
-    policy = prof["policy"]
-    lines.append(
-        "  policy: "
-        + (
-            json.dumps(policy, sort_keys=True)
-            if policy is not None
-            else "(not resolved: harness.platforms.policy is not part of this build)"
-        )
-    )
+    lines += [f"  {line}" for line in prof["policy_lines"]]
     return "\n".join(lines)
 
 

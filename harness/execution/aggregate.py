@@ -4,6 +4,7 @@ before, so a linear run and an interleaved comparison aggregate alike."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from harness.cases import PlanItem
 from harness.checks import evaluate_case_checks
@@ -16,6 +17,7 @@ from harness.model import (
     Side,
     Status,
 )
+from harness.platforms.policy import Policy
 
 
 def final_attempts(attempts: Sequence[Attempt]) -> list[Attempt]:
@@ -109,13 +111,18 @@ def aggregate(
     simulated: str | None = None,
     repeats: int | None = None,
     side: Side = "head",
+    identity: Mapping[str, Any] | None = None,
+    policy: Policy | None = None,
+    policy_record: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> CaseResult:
     """The verdict on one case for one side from all of its attempts.
 
     ``planned_runs`` is how many warm-up + measured runs the schedule meant to make;
     ``simulated`` is why the platform is not available here (None when it is); whether the
     result is labelled simulated also follows where the attempts' tensors lived
-    (:func:`simulated_reason`).
+    (:func:`simulated_reason`). ``policy`` decides what a latency overrun does; it and the
+    platform ``identity`` are recorded with the result (``policy_record``: setting -> its
+    value, rule and source).
     """
     attempts = tuple(attempts)
     case = item.case
@@ -134,7 +141,7 @@ def aggregate(
         )
     else:
         status = worst(finals)
-    case_checks: list[CheckResult] = evaluate_case_checks(case, attempts, budget)
+    case_checks: list[CheckResult] = evaluate_case_checks(case, attempts, budget, policy)
     last_checks = next(
         (a.checks for a in reversed(attempts) if not a.warmup and a.status != "budget_declined"),
         (),
@@ -162,6 +169,8 @@ def aggregate(
         repeats=repeats or case.repeats,
         reference=case.reference or case.id,
         side=side,
+        identity=identity,
+        policy=dict(policy_record or {}),
     )
 
 

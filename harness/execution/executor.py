@@ -1,9 +1,12 @@
 """The executor: one attempt of one case for one side, through that side's worker.
 
 It owns the manager side of the process boundary: which worker serves a side and platform,
-the environment and platform probes of each side (collected once, after the side's first
-attempt, so a fresh interpreter starts bare), and the translation of a hang, a crash or a
-protocol violation into the record of the attempt it happened in.
+the environment probe of each side (collected once, after the side's first attempt, so a fresh
+interpreter starts bare), the platform of each side x platform (its policy, resolved by
+:mod:`harness.platforms.policy`, and its identity, real or simulated, asked once of a
+persistent worker before the first attempt and handed to every attempt, hence to the target
+through ``probe.platform_info()``), and the translation of a hang, a crash or a protocol
+violation into the record of the attempt it happened in.
 """
 
 from __future__ import annotations
@@ -29,10 +32,13 @@ from harness.execution.pool import (
 )
 from harness.execution.retry import OOM_EVIDENCE, oom_kill_count
 from harness.fsio import slug
-from harness.model import Attempt, ErrorInfo, Side
+from harness.model import Attempt, Case, ErrorInfo, Side
+from harness.platforms import check, resolve_identity
+from harness.platforms.base import Identity
 from harness.platforms.devices import check_device_count, count_devices, device_slot
+from harness.platforms.policy import Policy, apply_quality, threshold_chain
+from harness.platforms.policy import resolve as resolve_policy
 from harness.platforms.profile import Profile
-from harness.references.store import platform_chain
 from harness.worker import protocol as p
 
 
@@ -75,6 +81,9 @@ class Executor:
         self.env_seconds = 0.0
         # (side, platform) -> None when the platform is really there, else why it is simulated
         self.simulated: dict[tuple[str, str], str | None] = {}
+        # (side, platform) -> the identity its attempts run as (Identity JSON), None if unknown
+        self.identities: dict[tuple[str, str], Mapping[str, Any] | None] = {}
+        self.policies: dict[str, Policy] = {}
         self.infra_errors: list[str] = []
         # Device assignment: worker group (side, platform) -> its slot, and what the check of
         # the profile's device_count against this machine said.
@@ -106,6 +115,7 @@ class Executor:
             cwd=s.cwd,
             side=side,
             devices=self.devices_of(side, platform),
+            start_timeout_s=self.policy(platform).worker_start_s,
             **kw,
         )
 
@@ -165,14 +175,102 @@ class Executor:
             "pinned": pins,
         }
 
+    def policy(self, platform: str) -> Policy:
+        """The platform policy of ``platform`` on this run's runner class (resolved once)."""
+        if platform not in self.policies:
+            self.policies[platform] = resolve_policy(platform, self.profile)
+        return self.policies[platform]
+
     def chain(self, platform: str) -> tuple[str, ...]:
-        """Where thresholds and references are looked up: runner class (when this run's
-        runner is of that platform), then the platform, then ``any``."""
+        """Where references are looked up: runner class (when this run's runner is of that
+        platform), then the platform, then the policy's ``references.fallback``."""
         prof = self.profile
-        return tuple(platform_chain(platform, prof.name if prof.platform == platform else None))
+        runner = prof.name if prof.platform == platform else None
+        return self.policy(platform).reference_chain(runner)
+
+    def prepare(self, side: Side, item: PlanItem) -> tuple[Case, dict[str, dict[str, Any]]]:
+        """The case as this platform's policy runs it (quality thresholds filled in, timeout
+        scaled) and the policy record of its result: setting -> {value, rule, source}."""
+        pol = self.policy(item.platform)
+        identity = self.identities.get((side, item.platform))
+        ident = Identity.from_json(identity) if identity is not None else None
+        case, quality = apply_quality(
+            item.case, pol, threshold_chain(self.chain(item.platform), ident)
+        )
+        case = replace(case, timeout_s=case.timeout_s * pol.attempt_scale)
+        record = {**pol.to_json(), **{k: d.to_json() for k, d in sorted(quality.items())}}
+        return case, record
+
+    def judging(self, side: Side, item: PlanItem) -> dict[str, Any]:
+        """What :func:`~harness.execution.aggregate.aggregate` judges ``item`` of ``side`` by:
+        why its platform is simulated, its identity, its policy and the policy's record."""
+        key = (side, item.platform)
+        return {
+            "simulated": self.simulated.get(key),
+            "identity": self.identities.get(key),
+            "policy": self.policy(item.platform),
+            "policy_record": self.prepare(side, item)[1],
+        }
+
+    def _platform(self, side: Side, platform: str, *, fresh: bool = False) -> None:
+        """The identity ``platform`` runs as on this side, asked once of a persistent worker
+        (never of a fresh one: a cold-import case must find its interpreter bare). For a
+        fresh-process case on the manager's own interpreter it is resolved here instead, so
+        such a case starts no persistent worker it does not use."""
+        key = (side, platform)
+        if key in self.identities:
+            return
+        prof = self.profile
+        arch = prof.arch if prof.platform == platform else None
+        identity: Mapping[str, Any] | None = None
+        if fresh and self.sides[side].python == sys.executable:
+            ok, detail = check(platform)
+            self._identified(key, ok, detail, resolve_identity(platform, arch).to_json())
+            return
+        try:
+            handle = self.pool.get(self.spec(side, platform))
+            reply = handle.request(
+                p.PlatformRequest(handle.next_nonce(), platform, arch=arch), timeout=60
+            )
+            ok = isinstance(reply, p.PlatformReply) and reply.available
+            detail = getattr(reply, "detail", getattr(reply, "message", ""))
+            identity = getattr(reply, "identity", None)
+        except (WorkerError, WorkerTimeout, WorkerCrashed, ProtocolViolation) as exc:
+            ok, detail = False, f"platform probe failed: {exc}"
+        self._identified(key, ok, detail, identity)
+
+    def _identified(
+        self,
+        key: tuple[Side, str],
+        ok: bool,
+        detail: str,
+        identity: Mapping[str, Any] | None,
+    ) -> None:
+        platform = key[1]
+        self.identities[key] = identity
+        # Where the work then ran is told by the devices the attempts recorded (aggregate).
+        reason = f"simulated: {platform} is not available here ({detail})"
+        self.simulated[key] = None if ok else reason
+        if not ok:
+            shown = f" as {identity.get('arch')}" if identity and identity.get("arch") else ""
+            self.say(
+                f"platform {platform}: {reason}; runs on the CPU presenting {platform}{shown}; "
+                "results labelled simulated"
+            )
+        prof = self.profile
+        if self.device_check is None and platform == prof.platform and prof.device_count >= 1:
+            where = prof.source or "the runner profile"
+            self.device_check = (
+                f"{where}: device_count = {prof.device_count} not checked: {platform} is "
+                f"simulated here ({detail})"
+                if not ok
+                else f"{where}: device_count = {prof.device_count}: {platform} is here ({detail})"
+            )
+            if not ok:
+                self.say(self.device_check)
 
     def _probe_side(self, side: Side, platform: str, handle: WorkerHandle) -> None:
-        """Environment (once per side) and platform availability (once per side x platform)."""
+        """Environment (once per side)."""
         if side not in self.env:
             s = self.sides[side]
             root = s.code_roots[0] if s.code_roots else s.cwd
@@ -188,32 +286,6 @@ class Executor:
                 env = {"error": f"environment probe failed: {exc}"}
             self.env[side] = env
             self.env_seconds += time.perf_counter() - t0
-        key = (side, platform)
-        if key in self.simulated:
-            return
-        try:
-            reply = handle.request(p.PlatformRequest(handle.next_nonce(), platform), timeout=60)
-            ok = isinstance(reply, p.PlatformReply) and reply.available
-            detail = getattr(reply, "detail", getattr(reply, "message", ""))
-        except (WorkerTimeout, WorkerCrashed, ProtocolViolation) as exc:
-            ok, detail = False, f"platform probe failed: {exc}"
-        # Where the work then ran is told by the devices the attempts recorded (aggregate).
-        self.simulated[key] = (
-            None if ok else f"simulated: {platform} is not available here ({detail})"
-        )
-        if not ok:
-            self.say(f"platform {platform}: {self.simulated[key]}; results labelled simulated")
-        prof = self.profile
-        if self.device_check is None and platform == prof.platform and prof.device_count >= 1:
-            where = prof.source or "the runner profile"
-            self.device_check = (
-                f"{where}: device_count = {prof.device_count} not checked: {platform} is "
-                f"simulated here ({detail})"
-                if not ok
-                else f"{where}: device_count = {prof.device_count}: {platform} is here ({detail})"
-            )
-            if not ok:
-                self.say(self.device_check)
         if side in self.env and "error" not in self.env[side]:
             self.env[side]["device_assignment"] = self._device_record(side)
 
@@ -231,10 +303,12 @@ class Executor:
         round: int = 0,
     ) -> Attempt:
         """One attempt, recorded whatever happens to the worker."""
-        case = item.case
+        self._platform(side, item.platform, fresh=item.case.fresh_process)
+        case, _ = self.prepare(side, item)
         sub = f"{side}-r{round}-a{index}" if side != "head" or round else f"a{index}"
         out_dir = self.run_dir / "outputs" / slug(item.name) / sub
         job = p.AttemptJob(
+            identity=self.identities.get((side, item.platform)),
             case=case,
             platform=item.platform,
             platform_chain=self.chain(item.platform),

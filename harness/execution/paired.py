@@ -94,9 +94,9 @@ class PairedRunner(Runner):
             planned_runs=item.case.warmup + len(rounds),
             budget={**item.case.budget, **prof.budgets.get(item.case.id, {})},
             interrupted=self.stop_requested,
-            simulated=self.executor.simulated.get((side, item.platform)),
             repeats=len(rounds),
             side=side,
+            **self.executor.judging(side, item),
         )
 
     def reports(

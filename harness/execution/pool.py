@@ -85,6 +85,8 @@ class WorkerSpec:
     # The devices this worker owns (0-based, within what the manager sees); pinned at spawn
     # through the platform's visible-devices variable. Empty: not pinned.
     devices: tuple[int, ...] = ()
+    # How long the worker may take to start (platform policy ``timeouts.worker_start_s``).
+    start_timeout_s: float = STARTUP_TIMEOUT_S
 
     @property
     def group(self) -> str:
@@ -133,7 +135,7 @@ class WorkerHandle:
         self._buf = b""
         self.attempts_served = 0
         try:
-            line = self._read_line(STARTUP_TIMEOUT_S)
+            line = self._read_line(spec.start_timeout_s)
             ready = p.decode_reply(line, nonce=None, pid=self.pid)
         except p.ProtocolError as exc:
             self.kill()
@@ -143,7 +145,8 @@ class WorkerHandle:
         except WorkerTimeout as exc:
             self.kill()
             raise WorkerError(
-                f"worker for {spec.group} did not start within {STARTUP_TIMEOUT_S:.0f} s; "
+                f"worker for {spec.group} did not start within {spec.start_timeout_s:.0f} s "
+                "(policy timeouts.worker_start_s); "
                 f"log: {self.log_path}"
             ) from exc
         except WorkerCrashed as exc:
@@ -151,6 +154,10 @@ class WorkerHandle:
                 f"worker for {spec.group} died at start-up ({exc.how}); log: {self.log_path}\n"
                 + self._log_tail()
             ) from exc
+        except BaseException:
+            # A Ctrl-C while it starts: nobody holds this handle yet, so end the process here.
+            self.kill()
+            raise
         if not isinstance(ready, p.Ready):
             self.kill()
             raise WorkerError(f"worker for {spec.group} sent {ready!r} instead of 'ready'")

@@ -146,7 +146,8 @@ class Runner:
             if self.options.retries is not None
             else (case.retries if case.retries is not None else prof.retry.retries)
         )
-        return RetryPolicy(retries, prof.retry.retry_on, prof.retry.patterns)
+        patterns = self.executor.policy(item.platform).retry_patterns
+        return RetryPolicy(retries, prof.retry.retry_on, patterns)
 
     # -- one unit, one case --------------------------------------------------------------------
 
@@ -213,9 +214,9 @@ class Runner:
                     planned_runs=len(schedule.runs_of(item)),
                     budget={**item.case.budget, **prof.budgets.get(item.case.id, {})},
                     interrupted=self.stop_requested,
-                    simulated=self.executor.simulated.get((self.side, item.platform)),
                     repeats=self.options.repeats,
                     side=self.side,
+                    **self.executor.judging(self.side, item),
                 )
             )
         except Exception as exc:  # a bug of the harness: recorded against this item, run goes on

@@ -26,9 +26,13 @@ class CheckSpec:
     reduce: Literal["worst", "mean"] = "worst"
     name: str = ""
     settings: Mapping[str, Any] = field(default_factory=dict)
+    # The check asserts what ran on the device (not what was decided): under a simulated
+    # platform it is "not run: simulated" and never blocks the case.
+    needs_device: bool = False
 
     def threshold_for(self, platform_chain: Iterable[str]) -> Any:
-        """The threshold of the most specific platform in the chain that names one."""
+        """The threshold of the most specific platform in the chain that names one (a chain may
+        hold ``platform:arch`` entries, e.g. ``hip:gfx950``, before the platform)."""
         for p in platform_chain:
             if p in self.thresholds:
                 return self.thresholds[p]

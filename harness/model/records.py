@@ -104,9 +104,15 @@ class CheckResult:
         return self.passed is False and self.policy == "fail"
 
     @property
+    def simulated(self) -> bool:
+        """Not run because it asserts what ran on hardware a simulated platform does not have
+        (``needs_device``); it never blocks the case, whose result is labelled simulated."""
+        return self.passed is None and self.settings.get("not_run") == "simulated"
+
+    @property
     def unjudged(self) -> bool:
         """A ``fail``-policy check that could not run: the case cannot pass without it."""
-        return self.passed is None and self.policy == "fail"
+        return self.passed is None and self.policy == "fail" and not self.simulated
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -223,6 +229,18 @@ class CaseResult:
     repeats: int = 1
     reference: str | None = None  # the reference id its quality checks use (bless writes it)
     side: Side = "head"
+    # The platform identity the attempts ran as (harness.platforms.Identity JSON: platform,
+    # arch, fp8, capabilities, simulated, reason, ...); None when no attempt ran.
+    identity: Mapping[str, Any] | None = None
+    # The platform policy that judged this result: setting -> {value, rule, source}
+    # (harness.platforms.policy.Decision), e.g. "latency.on_fail" -> {"value": "warn",
+    # "rule": "platform hip default", "source": ".../policy.toml"}.
+    policy: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    @property
+    def warnings(self) -> tuple[CheckResult, ...]:
+        """Checks that failed under a ``warn`` policy: reported everywhere, never a silent pass."""
+        return tuple(c for c in self.checks if c.passed is False and c.policy == "warn")
 
     @property
     def name(self) -> str:
@@ -246,6 +264,8 @@ class CaseResult:
             "repeats": self.repeats,
             "reference": self.reference,
             "side": self.side,
+            "identity": dict(self.identity) if self.identity is not None else None,
+            "policy": {k: dict(v) for k, v in self.policy.items()},
             "checks": [c.to_json() for c in self.checks],
             "attempts": [a.to_json() for a in self.attempts],
         }
@@ -266,6 +286,8 @@ class CaseResult:
             repeats=d.get("repeats", 1),
             reference=d.get("reference"),
             side=d.get("side", "head"),
+            identity=d.get("identity"),
+            policy=d.get("policy", {}),
         )
 
 

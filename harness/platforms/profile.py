@@ -1,7 +1,12 @@
 """Runner profiles: one TOML file per runner class in ``runners/`` (``cpu.toml``, ``h100.toml``).
 
-A profile holds the defaults a runner class brings: its platform, the run's time budget, the
-retry policy, and per-case latency budgets for that hardware.
+A profile holds the defaults a runner class brings: its platform and the architecture of its
+devices (``arch``, which a simulated run of that platform presents: ``mi355x`` -> ``gfx950``),
+device count, the run's time budget, the retry policy, per-case latency budgets for that
+hardware, and a ``[policy]`` table that refines the platform's policy
+(:mod:`harness.platforms.policy`: latency guard, tolerances, quality thresholds, reference
+fallback, timeouts). Every key is validated; an error names the file, the key and what was
+expected.
 """
 
 from __future__ import annotations
@@ -16,11 +21,13 @@ from typing import Any
 
 from harness.errors import ProfileError
 from harness.model.vocab import MAX_RETRIES, PLATFORMS
+from harness.platforms.policy import validate_table
 
 RETRY_CLASSES: tuple[str, ...] = ("infra", "oom", "timeout", "crashed")
 # A runner-class name is a platform class of the reference store (a folder there) and a
 # fallback in threshold lookups: one safe path segment, like a case id.
 _NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+_ARCH = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 MAX_THREADS = 1024
 MAX_DEVICES = 1024
 
@@ -51,6 +58,12 @@ class Profile:
     compare_delta: float | None = None
     compare_margins: Mapping[str, float] = field(default_factory=dict)
     source: str = ""
+    # The architecture of this runner class's devices (gfx942, gfx950, sm_90, Ascend910B3); a
+    # simulated run of ``platform`` presents it. None: the platform module's default.
+    arch: str | None = None
+    # The [policy] table, validated and flat ("latency.on_fail" -> "warn"); applies to
+    # ``platform`` only.
+    policy: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _expect(path: Path, key: str, value: Any, types: tuple[type, ...], name: str) -> Any:
@@ -94,6 +107,8 @@ def load_profile(path: Path) -> Profile:
         "budgets",
         "threads",
         "compare",
+        "arch",
+        "policy",
     }
     for key in data:
         if key not in known:
@@ -166,6 +181,13 @@ def load_profile(path: Path) -> Profile:
         raise ProfileError(
             f"{path}: key 'platform' = {platform!r}: expected one of {', '.join(PLATFORMS)}"
         )
+    arch = data.get("arch")
+    if arch is not None and not (isinstance(arch, str) and _ARCH.fullmatch(arch)):
+        raise ProfileError(
+            f"{path}: key 'arch' = {arch!r}: expected an architecture name such as 'gfx942', "
+            "'sm_90' or 'Ascend910B3' (letters, digits, '_', '.', '-')"
+        )
+    policy = validate_table(path, "policy", data.get("policy", {}))
     return Profile(
         name=name,
         platform=platform,
@@ -181,6 +203,8 @@ def load_profile(path: Path) -> Profile:
         compare_delta=float(delta) if delta is not None else None,
         compare_margins=margins,
         source=str(path),
+        arch=arch,
+        policy=policy,
     )
 
 

@@ -50,6 +50,7 @@ __all__ = [
     "note",
     "output",
     "platform",
+    "platform_info",
     "record_input",
     "seed",
     "stage",
@@ -72,6 +73,8 @@ class _Recorder:
     notes: dict[str, Any] = field(default_factory=dict)
     # Output arrays kept in memory so checks in the same worker need not re-read the files.
     output_arrays: dict[str, Any] = field(default_factory=dict)
+    # The platform identity the attempt runs as (harness.platforms.Identity JSON).
+    info: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.book.device = self.device
@@ -101,12 +104,16 @@ def _begin(
     output_dir: Path | None,
     *,
     device: StageDevice | None = None,
+    info: Mapping[str, Any] | None = None,
 ) -> _Recorder:
     """Start recording an attempt (called by the worker only). ``device`` is the attempt's
     platform object (``harness.platforms.get(name)``), through which stages synchronize, read
-    device events and peak memory; None times stages by wall clock alone."""
+    device events and peak memory; None times stages by wall clock alone. ``info`` is the
+    identity the attempt runs as (``probe.platform_info()``)."""
     global _current
-    _current = _Recorder(seed=seed, platform=platform, output_dir=output_dir, device=device)
+    _current = _Recorder(
+        seed=seed, platform=platform, output_dir=output_dir, device=device, info=info
+    )
     return _current
 
 
@@ -130,6 +137,24 @@ def seed() -> int | None:
 def platform() -> str | None:
     """The platform the attempt runs on (``cpu``, ``cuda``, ``hip``, ...), or None outside one."""
     return _current.platform if _current is not None else None
+
+
+def platform_info() -> Mapping[str, Any] | None:
+    """The platform identity the attempt runs as, or None outside one (or when the harness
+    knows only the platform's name).
+
+    Keys: ``platform``, ``arch`` (``gfx942``, ``sm_90``...), ``fp8`` (``e4m3fn``,
+    ``e4m3fnuz`` or None), ``capabilities`` (``int8_mm``, ``fused_kernels``, ``fp8``...),
+    ``simulated`` (True when the attempt runs on the CPU presenting that platform) and
+    ``reason``. A target decides its kernel paths from it, so a simulated platform exercises
+    that platform's decisions; what then really executes is a separate fact.
+
+    >>> info = platform_info() or {}                          # doctest: +SKIP
+    >>> "int8_mm" in info.get("capabilities", ())             # doctest: +SKIP
+    """
+    if _current is None or _current.info is None:
+        return None
+    return dict(_current.info)
 
 
 def note(name: str, value: Any) -> None:

@@ -26,6 +26,7 @@ import numpy as np
 from harness import metrics, platforms
 from harness.errors import HarnessError, ReferenceStoreError
 from harness.model import Attempt, CaseResult, CheckResult, compare, fmt_number
+from harness.platforms.policy import resolve as resolve_policy
 from harness.references.manifest import ANY, platform_chain
 from harness.references.store import ReferenceEntry, ReferenceStore
 
@@ -66,9 +67,12 @@ def lookup_chain(platform_class: str, platform: str) -> list[str]:
     """
     if platform_class == ANY:
         return [ANY]
+    # The fallback after the class and its platform is platform policy (references.fallback).
     if platform_class in platforms.REGISTRY:
-        return platform_chain(platform_class)
-    return platform_chain(platform, platform_class)
+        return list(resolve_policy(platform_class).reference_chain(None))
+    if platform not in platforms.REGISTRY:
+        return platform_chain(platform, platform_class)
+    return list(resolve_policy(platform).reference_chain(platform_class))
 
 
 def quality_checks(attempt: Attempt, output: str | None = None) -> list[CheckResult]:

@@ -118,7 +118,13 @@ def _testcase(case: CaseResult, secs: float) -> ET.Element:
         "platform": case.platform,
         "simulated": case.simulated,
         "status": case.status,
+        "warnings": len(case.warnings),
     }
+    if case.identity and case.identity.get("arch"):
+        props["arch"] = case.identity["arch"]
+    on_fail = case.policy.get("latency.on_fail")
+    if on_fail:
+        props["policy.latency.on_fail"] = f"{on_fail.get('value')} ({on_fail.get('rule')})"
     # Microsecond resolution: a sub-millisecond stage must not read as 0.000.
     props.update({f"stage.{k}": f"{v:.6f}" for k, v in case.stage_medians().items()})
     _properties(tc, props)
@@ -202,7 +208,8 @@ def _notes(case: CaseResult) -> str:
     lines: list[str] = []
     for c in case.checks:
         if c.passed is False and c.policy == "warn":
-            lines.append(f"warning: {c.name}: {_obtained(c)}")
+            rule = c.settings.get("on_fail_rule")
+            lines.append(f"warning: {c.name}: {_obtained(c)}" + (f" [{rule}]" if rule else ""))
         elif c.passed is None:
             lines.append(f"not run: {c.name}: {c.reason or 'no reason given'}")
     if case.simulated:

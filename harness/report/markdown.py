@@ -267,6 +267,14 @@ def problem_text(case: CaseResult) -> str:
     return first_line(case.reason or "")
 
 
+def _warn_rule(check: CheckResult) -> str:
+    """`` (warn: <rule>)`` for a warn-policy check: which policy rule made it a warning."""
+    if check.policy != "warn":
+        return ""
+    rule = check.settings.get("on_fail_rule")
+    return f" (warn: {rule})" if rule else " (warn)"
+
+
 def _attention_row(kind: str, case: CaseResult) -> str:
     check = failing_check(case)
     status = case.status + (" (simulated)" if case.simulated else "")
@@ -280,7 +288,7 @@ def _attention_row(kind: str, case: CaseResult) -> str:
         check_cells = [
             md_code(check.name),
             md_text(obtained),
-            md_text(required + (" (warn)" if check.policy == "warn" else "")),
+            md_text(required + _warn_rule(check)),
         ]
     problem = problem_text(case)
     return row(

@@ -23,7 +23,8 @@ def explain_check(check: CheckResult) -> str:
         )
     head += f", required {check.op} {fmt_number(check.threshold)}"
     if check.policy == "warn":
-        head += " [policy: warn]"
+        rule = check.settings.get("on_fail_rule")
+        head += f" [policy: warn, {rule}]" if rule else " [policy: warn]"
     lines = [head]
     if check.reason:
         lines.append(f"reason: {check.reason}")

@@ -26,6 +26,8 @@ from typing import Any
 from harness import platforms, probe
 from harness.checks import evaluate_attempt_checks
 from harness.model import Attempt, Case, ErrorInfo
+from harness.platforms.base import Identity
+from harness.platforms.policy import threshold_chain
 from harness.worker.protocol import AttemptJob
 
 
@@ -178,7 +180,8 @@ def run_attempt(job: AttemptJob) -> Attempt:
     output_dir = Path(job.output_dir) if job.output_dir else None
     started = dt.datetime.now(dt.UTC).isoformat()
     seed_everything(seed)
-    rec = probe._begin(seed, platform, output_dir, device=stage_device(platform))
+    identity = Identity.from_json(job.identity) if job.identity is not None else None
+    rec = probe._begin(seed, platform, output_dir, device=stage_device(platform), info=job.identity)
     status = "passed"
     error: ErrorInfo | None = None
     pid = os.getpid()
@@ -235,6 +238,8 @@ def run_attempt(job: AttemptJob) -> Attempt:
         notes=rec.notes,
         references_root=job.references_root,
         ran=status == "passed",
+        threshold_chain=threshold_chain(job.platform_chain, identity),
+        simulated=identity.reason if identity is not None and identity.simulated else None,
     )
     if status == "passed" and any(c.blocking for c in checks):
         status = "failed"

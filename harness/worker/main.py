@@ -77,10 +77,11 @@ def _handle(msg: p.Request) -> p.Reply:
             replace_worker=bool(guard.violations),
         )
     if isinstance(msg, p.PlatformRequest):
-        from harness.platforms import check
+        from harness.platforms import check, resolve_identity
 
         available, detail = check(msg.platform)
-        return p.PlatformReply(msg.nonce, pid, available, detail)
+        identity = resolve_identity(msg.platform, msg.arch).to_json()
+        return p.PlatformReply(msg.nonce, pid, available, detail, identity=identity)
     if isinstance(msg, p.EnvRequest):
         from harness.worker.envinfo import collect_env
 

@@ -41,6 +41,9 @@ class AttemptJob:
     round: int = 0
     output_dir: str | None = None
     references_root: str | None = None
+    # The platform identity the attempt runs as (harness.platforms.Identity JSON), handed to
+    # the target by probe.platform_info(); None: only the platform name is known.
+    identity: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -56,6 +59,7 @@ class AttemptJob:
             "round": self.round,
             "output_dir": self.output_dir,
             "references_root": self.references_root,
+            "identity": dict(self.identity) if self.identity is not None else None,
         }
 
     @classmethod
@@ -73,6 +77,7 @@ class AttemptJob:
             round=int(d.get("round", 0)),
             output_dir=d.get("output_dir"),
             references_root=d.get("references_root"),
+            identity=d.get("identity"),
         )
 
 
@@ -98,6 +103,7 @@ class PlatformRequest:
     nonce: str
     platform: str
     op: str = "platform"
+    arch: str | None = None  # the architecture to present when the platform is simulated
 
 
 @dataclass(frozen=True)
@@ -144,6 +150,7 @@ class PlatformReply:
     available: bool
     detail: str
     op: str = "platform"
+    identity: Mapping[str, Any] | None = None  # harness.platforms.resolve_identity(...) JSON
 
 
 @dataclass(frozen=True)

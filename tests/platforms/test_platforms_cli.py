@@ -4,6 +4,7 @@ or 2 for a bad profile or one whose device_count the machine cannot serve."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -47,7 +48,10 @@ def test_json_lists_every_platform_and_the_profile() -> None:
     prof = data["profile"]
     assert (prof["name"], prof["platform"], prof["device_count"]) == ("mi300x", "hip", 1)
     assert prof["source"].endswith("runners/mi300x.toml")
-    assert "policy" in prof  # the place the resolved policy is reported
+    # the resolved policy, each setting with the rule and the file that decided it
+    on_fail = prof["policy"]["latency.on_fail"]
+    assert on_fail["value"] == "warn" and on_fail["rule"] == "runner mi300x"
+    assert on_fail["source"].endswith("runners/mi300x.toml")
 
 
 def test_text_output_says_simulated_platforms_are_not_checked() -> None:
@@ -56,6 +60,8 @@ def test_text_output_says_simulated_platforms_are_not_checked() -> None:
     out = proc.stdout
     assert "platforms on this machine:" in out
     assert "runner profile: h100 (" in out
+    assert "policy of platform cuda on runner h100" in out
+    assert re.search(r"latency\.on_fail +fail +\(runner h100: \S*runners/h100\.toml\)", out), out
     if "cuda  simulated" in out:
         assert "device_count: 1 (not checked: " in out
         assert "device_count = 1 not checked: cuda is simulated here" in out

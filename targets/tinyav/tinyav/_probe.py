@@ -7,7 +7,7 @@ harness a hard dependency.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 try:
@@ -44,6 +44,10 @@ except ImportError:  # pragma: no cover - exercised only without the harness on 
 
         @staticmethod
         def platform() -> str | None:
+            return None
+
+        @staticmethod
+        def platform_info() -> Mapping[str, Any] | None:
             return None
 
         @staticmethod

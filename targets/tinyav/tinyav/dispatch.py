@@ -1,7 +1,10 @@
 """Per-platform kernel path selection, and a record of the paths that really executed.
 
-Two decisions, each a pure function of the platform name (and torch capabilities), made once
-per pipeline:
+Two decisions, each a pure function of the platform and its capabilities, made once per
+pipeline. Under the harness the capabilities come from the attempt's platform identity
+(``probe.platform_info()``: ``int8_mm``, ``fused_kernels``), so a simulated CUDA plans CUDA's
+paths on a CPU; standalone they follow the platform name and torch (:func:`identity_for`
+returns None there):
 
 - ``int8_mm``: ``int_mm`` (CUDA ``torch._int_mm`` on rotated, per-token quantized
   activations) or ``dequant_matmul`` (dequantize the weight in the compute dtype, then matmul).
@@ -19,11 +22,11 @@ call really took (``dispatch.<op>.ran``).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -53,18 +56,29 @@ def tensor_platform(t: torch.Tensor) -> str:
     return kind if kind in PLATFORMS else "cpu"
 
 
-def select_int8_mm(platform: str) -> Int8Path:
-    """INT8 matmul path for ``platform``: ``int_mm`` only on CUDA with ``torch._int_mm``."""
-    check_platform(platform)
-    if platform == "cuda" and hasattr(torch, "_int_mm"):
-        return "int_mm"
-    return "dequant_matmul"
+def identity_for(platform: str) -> Mapping[str, Any] | None:
+    """The harness's identity of ``platform`` for this attempt (arch, fp8 flavour,
+    capabilities, simulated), or None standalone or when the attempt is for another platform."""
+    info = probe.platform_info() if hasattr(probe, "platform_info") else None
+    if info is None or info.get("platform") != platform:
+        return None
+    return info
 
 
-def select_residual_gate(platform: str) -> GatePath:
-    """Residual-gate path: the fused kernel is CUDA-only; every other platform goes eager."""
+def select_int8_mm(platform: str, capabilities: Collection[str] | None = None) -> Int8Path:
+    """INT8 matmul path for ``platform``: ``int_mm`` only on CUDA with the ``int8_mm``
+    capability (standalone, without ``capabilities``: with ``torch._int_mm``)."""
     check_platform(platform)
-    return "fused_cuda" if platform == "cuda" else "eager"
+    can = "int8_mm" in capabilities if capabilities is not None else hasattr(torch, "_int_mm")
+    return "int_mm" if platform == "cuda" and can else "dequant_matmul"
+
+
+def select_residual_gate(platform: str, capabilities: Collection[str] | None = None) -> GatePath:
+    """Residual-gate path: the fused kernel is CUDA-only (and, with ``capabilities``, needs
+    ``fused_kernels``); every other platform goes eager, HIP included."""
+    check_platform(platform)
+    can = capabilities is None or "fused_kernels" in capabilities
+    return "fused_cuda" if platform == "cuda" and can else "eager"
 
 
 @dataclass(frozen=True)
@@ -82,9 +96,14 @@ class DispatchPlan:
         probe.note("dispatch.residual_gate.plan", self.residual_gate)
 
 
-def plan(platform: str) -> DispatchPlan:
-    """Choose every path for ``platform`` (one of :data:`PLATFORMS`)."""
-    return DispatchPlan(platform, select_int8_mm(platform), select_residual_gate(platform))
+def plan(platform: str, capabilities: Collection[str] | None = None) -> DispatchPlan:
+    """Choose every path for ``platform`` (one of :data:`PLATFORMS`), from ``capabilities``
+    when given (the harness identity's), else from the name and torch."""
+    return DispatchPlan(
+        platform,
+        select_int8_mm(platform, capabilities),
+        select_residual_gate(platform, capabilities),
+    )
 
 
 # -- what executed -----------------------------------------------------------------------------
@@ -221,21 +240,31 @@ def apply(
     chosen: DispatchPlan,
     arch: str | None = None,
     fp8_platform: str | None = None,
+    *,
+    fp8_dtype: torch.dtype | None = None,
+    execute_on: str | None = None,
 ) -> None:
     """Point every module of ``model`` at the paths of ``chosen``.
 
     ``fp8_platform`` overrides the platform whose float8 flavour FP8 layers adopt (to run
-    MI300 numerics on a CPU runner); by default it is ``chosen.platform``.
+    MI300 numerics on a CPU runner); by default it is ``chosen.platform``. ``fp8_dtype`` (the
+    harness identity's flavour) wins over both. ``execute_on`` is the platform whose tensors
+    really run, when it is not the planned one (a simulated platform): a fused CUDA kernel
+    cannot run there, so the gate executes eagerly while the plan stays CUDA's (the two
+    facts ``.plan`` and ``.ran`` then differ, as they must).
 
     Duck-typed so this module imports no backend: modules with ``mm_path`` take the INT8 path,
     modules with ``to_platform`` normalize their FP8 flavour, modules with ``residual_gate``
     take the gate function.
     """
-    gate = residual_gate_fn(chosen.residual_gate)
+    gate_path = chosen.residual_gate
+    if execute_on is not None and execute_on != "cuda":
+        gate_path = "eager"
+    gate = residual_gate_fn(gate_path)
     for mod in model.modules():
         if hasattr(mod, "mm_path"):
             mod.mm_path = chosen.int8_mm
         if hasattr(mod, "to_platform"):
-            mod.to_platform(fp8_platform or chosen.platform, arch)
+            mod.to_platform(fp8_platform or chosen.platform, arch, dtype=fp8_dtype)
         if hasattr(mod, "residual_gate"):
             mod.residual_gate = gate

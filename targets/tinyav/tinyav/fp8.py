@@ -29,6 +29,17 @@ def fp8_dtype_for(platform: str, arch: str | None = None) -> torch.dtype:
     return FN
 
 
+def fp8_dtype_named(flavour: str | None) -> torch.dtype | None:
+    """The dtype of an FP8 flavour name (``e4m3fn``, ``e4m3fnuz``, as the harness's platform
+    identity gives it); None for None (no FP8 hardware: the platform's default applies)."""
+    if flavour is None:
+        return None
+    dtypes = {"e4m3fn": FN, "e4m3fnuz": FNUZ}
+    if flavour not in dtypes:
+        raise ValueError(f"unknown FP8 flavour {flavour!r}; expected one of {sorted(dtypes)}")
+    return dtypes[flavour]
+
+
 def fp8_max(dtype: torch.dtype) -> float:
     """Largest finite value of a float8 dtype."""
     return float(torch.finfo(dtype).max)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,13 +80,18 @@ class Pipeline:
         dtype: torch.dtype = torch.float32,
         arch: str | None = None,
         fp8_platform: str | None = None,
+        capabilities: Collection[str] | None = None,
+        fp8_dtype: torch.dtype | None = None,
+        execute_on: str | None = None,
     ) -> None:
         self.dit = dit
         self.companions = companions
         self.device = torch.device(device)
         self.dtype = dtype
-        self.plan = dispatch.plan(platform)
-        dispatch.apply(self.dit, self.plan, arch, fp8_platform)
+        self.plan = dispatch.plan(platform, capabilities)
+        dispatch.apply(
+            self.dit, self.plan, arch, fp8_platform, fp8_dtype=fp8_dtype, execute_on=execute_on
+        )
 
     @classmethod
     def from_checkpoint(
@@ -99,8 +105,15 @@ class Pipeline:
         offload: bool = False,
         arch: str | None = None,
         fp8_platform: str | None = None,
+        capabilities: Collection[str] | None = None,
+        fp8_dtype: torch.dtype | None = None,
+        execute_on: str | None = None,
     ) -> Pipeline:
-        """Load ``path`` through :func:`tinyav.loader.load_dit` and build the companions."""
+        """Load ``path`` through :func:`tinyav.loader.load_dit` and build the companions.
+
+        ``platform`` and ``capabilities`` decide the kernel paths, ``execute_on`` names the
+        platform whose tensors really run when it differs (see :func:`tinyav.dispatch.apply`).
+        """
         dit = load_dit(path, quantization=quantization, device=device, dtype=dtype, offload=offload)
         return cls(
             dit,
@@ -110,6 +123,9 @@ class Pipeline:
             dtype=dtype,
             arch=arch,
             fp8_platform=fp8_platform,
+            capabilities=capabilities,
+            fp8_dtype=fp8_dtype,
+            execute_on=execute_on,
         )
 
     # -- stages --------------------------------------------------------------------------

@@ -52,9 +52,13 @@ class Fp8Linear(nn.Module):
         """The float8 dtype the weight is currently held in."""
         return self.weight.dtype
 
-    def to_platform(self, platform: str, arch: str | None = None) -> None:
-        """Normalize the stored e4m3fn weight to the platform's flavour (once, in place)."""
-        if fp8_dtype_for(platform, arch) == FNUZ and self.weight.dtype == FN:
+    def to_platform(
+        self, platform: str, arch: str | None = None, *, dtype: torch.dtype | None = None
+    ) -> None:
+        """Normalize the stored e4m3fn weight to the platform's flavour (once, in place);
+        ``dtype`` (a flavour the caller already knows) wins over ``platform``/``arch``."""
+        want = dtype if dtype is not None else fp8_dtype_for(platform, arch)
+        if want == FNUZ and self.weight.dtype == FN:
             w, ws, xs = normalize_e4m3fn_to_e4m3fnuz(
                 self.weight, self.weight_scale, self.input_scale
             )

@@ -5,7 +5,9 @@ Both take one frozen :class:`GenerationParams` record. Case files call them with
 harness binds against is the record's. Each writes a fresh checkpoint, loads it, generates,
 exports an MP4 and checks the decoded result; what the code decided and executed is noted
 (``checkpoint.format``, ``loader.quantized_layers``, ``pipeline.mode``, ``device.ran``,
-``dispatch.<op>.plan`` and ``dispatch.<op>.ran``), never an echo of the params.
+``dispatch.<op>.plan`` and ``dispatch.<op>.ran``), never an echo of the params. Under the
+harness the plan and the FP8 flavour follow the attempt's platform identity
+(``probe.platform_info()``), simulated or real; what executes follows the device in hand.
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ def generate(params: GenerationParams, *, reference: bool) -> dict[str, Any]:
 
     from tinyav import dispatch, media
     from tinyav.checkpoint import write_checkpoint
+    from tinyav.fp8 import fp8_dtype_for, fp8_dtype_named
     from tinyav.loader import quantized_modules
     from tinyav.pipeline import Pipeline, Request
 
@@ -91,6 +94,19 @@ def generate(params: GenerationParams, *, reference: bool) -> dict[str, Any]:
     device = device_for(asked)
     probe.note("device.asked", asked)
     run_platform = dispatch.tensor_platform(torch.empty(0, device=device))
+    # Decisions follow the harness's identity of the platform (a simulated one included):
+    # its capabilities pick the kernel paths, its FP8 flavour the float8 dtype. Standalone,
+    # they follow the device in hand.
+    info = dispatch.identity_for(asked)
+    plan_platform = asked if info is not None else run_platform
+    capabilities = tuple(info.get("capabilities", ())) if info is not None else None
+    if p.fp8_platform is not None:  # an explicit flavour request (MI300 numerics on a CPU)
+        fp8_dtype = fp8_dtype_for(p.fp8_platform)
+    else:
+        fp8_dtype = fp8_dtype_named(info.get("fp8")) if info is not None else None
+    if info is not None:
+        probe.note("platform.arch", str(info.get("arch") or ""))
+        probe.note("platform.simulated", bool(info.get("simulated")))
     with workdir(p.workdir) as wd:
         with probe.stage("CheckpointWrite"):
             ckpt = write_checkpoint(
@@ -109,10 +125,13 @@ def generate(params: GenerationParams, *, reference: bool) -> dict[str, Any]:
         with probe.stage("LoadStage"):
             pipe = Pipeline.from_checkpoint(
                 ckpt,
-                platform=run_platform,
+                platform=plan_platform,
                 device=device,
                 offload=p.offload,
                 fp8_platform=p.fp8_platform,
+                capabilities=capabilities,
+                fp8_dtype=fp8_dtype,
+                execute_on=run_platform if run_platform != plan_platform else None,
             )
         # What the loader built, counted on the loaded model (not on the file or the params).
         probe.note("loader.quantized_layers", len(quantized_modules(pipe.dit)))
