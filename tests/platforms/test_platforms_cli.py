@@ -4,8 +4,8 @@ or 2 for a bad profile or one whose device_count the machine cannot serve."""
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
