@@ -146,16 +146,17 @@ def main() -> None:
     else:
         report = synthetic_run(args.cases, args.attempts)
         what = "synthetic pipeline-like cases"
-    best, size = float("inf"), 0
+    best, cpu, size = float("inf"), float("inf"), 0
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(args.repeat):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             page = render_run_html(report, Path(tmp))
             best = min(best, time.perf_counter() - t0)
+            cpu = min(cpu, time.process_time() - c0)
             size = len(page.encode())
     mb = size / 1e6
     print(f"HTML report of {args.cases} cases x {args.attempts} attempts, {what} (no images):")
-    print(f"  render {best:.2f} s (target < 3 s: {best / 3:.2f} of it)")
+    print(f"  render {best:.2f} s wall, {cpu:.2f} s CPU (target < 3 s: {best / 3:.2f} of it)")
     print(f"  size   {mb:.2f} MB (target < 3 MB: {mb / 3:.2f} of it)")
 
 

@@ -151,10 +151,12 @@ class CaseView:
     duration_s: float
     checks_passed: int
     attempts: tuple[AttemptView, ...]
-    stages: tuple[str, ...]  # every stage any attempt timed, in order
-    inputs: tuple[tuple[str, str, bool], ...]  # name, hash, same in every attempt
-    fingerprints: tuple[tuple[str, Mapping[str, Any], bool], ...]  # name, fp, same everywhere
-    notes: Mapping[str, Any]
+    # Tables as rows of display strings, formatted here: a thousand cases render in a second.
+    stages: tuple[tuple[str, tuple[str, ...]], ...]  # stage, seconds per attempt
+    inputs: tuple[tuple[str, str, str], ...]  # name, hash, same in every measured attempt
+    fingerprints: tuple[tuple[str, ...], ...]  # name, hash, dtype[shape], nonfinite, min,
+    # max, mean, same in every passing attempt
+    notes: tuple[tuple[str, str], ...]
     gallery: Gallery | None
 
 
@@ -172,29 +174,39 @@ def case_view(
 ) -> CaseView:
     measured = [a for a in c.attempts if not a.warmup] or list(c.attempts)
     shown = judged_attempt(c) or (c.attempts[-1] if c.attempts else None)
-    inputs = []
+    inputs, fps = [], []
     if shown is not None:
         for name, h in shown.inputs.items():
-            inputs.append((name, h, all(a.inputs.get(name) == h for a in measured)))
-    fps = []
-    if shown is not None:
+            same = all(a.inputs.get(name) == h for a in measured)
+            inputs.append((name, h, "yes" if same else "NO"))
+        passing = [a for a in measured if a.status == "passed"]
         for name, fp in shown.fingerprints.items():
             same = all(
-                (a.fingerprints.get(name) or {}).get("hash") == fp.get("hash")
-                for a in measured
-                if a.status == "passed"
+                (a.fingerprints.get(name) or {}).get("hash") == fp.get("hash") for a in passing
             )
-            fps.append((name, fp, same))
+            shape = ",".join(str(d) for d in fp.get("shape") or [])
+            fps.append(
+                (
+                    name,
+                    short_hash(fp.get("hash")),
+                    f"{fp.get('dtype', '-')}[{shape}]",
+                    *(fmt_number(fp.get(k)) for k in ("nonfinite", "min", "max", "mean")),
+                    "yes" if same else "NO",
+                )
+            )
+    stage_names = _ordered_union([a.stages for a in c.attempts])
     return CaseView(
         anchor=f"case-{i}",
         c=c,
         duration_s=sum(a.duration_s for a in c.attempts),
         checks_passed=sum(1 for k in c.checks if k.passed),
         attempts=tuple(AttemptView(a, tuple(logs.for_attempt(a))) for a in c.attempts),
-        stages=tuple(_ordered_union([a.stages for a in c.attempts])),
+        stages=tuple(
+            (st, tuple(seconds(a.stages.get(st)) for a in c.attempts)) for st in stage_names
+        ),
         inputs=tuple(inputs),
         fingerprints=tuple(fps),
-        notes=dict(shown.notes) if shown is not None else {},
+        notes=tuple((k, fmt_number(v)) for k, v in shown.notes.items()) if shown else (),
         gallery=run_gallery(c, run_dir, store, folder, f"c{i}"),
     )
 

@@ -67,6 +67,17 @@ def injection_case() -> CaseResult:
         seed=1,
         stages={INJECTION: 0.5},
         inputs={INJECTION: "blake3:00"},
+        fingerprints={
+            INJECTION: {
+                "hash": INJECTION,
+                "dtype": "<i>",
+                "shape": [1],
+                "nonfinite": 0,
+                "min": 0.0,
+                "max": 0.0,
+                "mean": 0.0,
+            }
+        },
         notes={INJECTION: INJECTION},
         error=error,
         duration_s=9.5,  # the longest case, so sorting by seconds puts it last
