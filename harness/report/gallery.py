@@ -84,7 +84,7 @@ def _video_outputs(a: Attempt) -> list[str]:
     return [
         n
         for n, o in a.outputs.items()
-        if str(o.get("path", "")).lower().endswith(images._VIDEO_SUFFIXES)
+        if str(o.get("path", "")).lower().endswith(images.VIDEO_SUFFIXES)
     ]
 
 

@@ -25,7 +25,7 @@ from harness.fsio import read_array, write_atomic
 from harness.references.store import ReferenceStore
 
 THUMB_PX = 192  # longest side of a thumbnail; smaller frames are their own thumbnail
-_VIDEO_SUFFIXES = (".mp4", ".mkv", ".webm", ".mov", ".avi")
+VIDEO_SUFFIXES = (".mp4", ".mkv", ".webm", ".mov", ".avi")
 # Heat-map colours (black -> purple -> orange -> yellow -> white) at evenly spaced stops.
 _STOPS = np.array(
     [[0, 0, 0], [87, 16, 110], [188, 55, 84], [249, 142, 9], [252, 255, 164]], dtype=np.float64
@@ -62,7 +62,7 @@ def load_frames(base: Path, info: Mapping[str, Any]) -> np.ndarray:
     try:
         if path.suffix == ".safetensors":
             frames = np.asarray(read_array(path))
-        elif path.suffix.lower() in _VIDEO_SUFFIXES:
+        elif path.suffix.lower() in VIDEO_SUFFIXES:
             frames = media.decode_video(path).frames
         elif path.suffix.lower() == ".png":
             frames = media.read_png(path)

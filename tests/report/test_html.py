@@ -4,6 +4,7 @@ images written and decodable, every string from a case escaped."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -11,6 +12,9 @@ import pytest
 from reportruns import INJECTION, Reports
 
 from harness import media
+from harness.model import CaseComparison, Divergence, FailureMatrix
+from harness.report.comparison_io import read_comparison
+from harness.report.html_compare import divergence_words, render_comparison_html
 
 pytestmark = pytest.mark.slow
 
@@ -107,3 +111,25 @@ def test_comparison_page_has_strip_plots_and_the_divergence_in_words(reports: Re
     assert "No divergence: every input hash" in text
     assert "<figcaption>reference" in text and "<figcaption>base" in text
     assert "rounds in the order they ran" in text or "measured runs in order" in text
+
+
+def test_comparison_page_names_a_side_report_it_cannot_read(
+    reports: Reports, tmp_path: Path
+) -> None:
+    comparison = read_comparison(reports.comparison)
+    gone = replace(comparison, base=replace(comparison.base, report=str(tmp_path / "gone")))
+    page = render_comparison_html(gone, tmp_path)
+    assert "base report:" in page and "gone" in page and "no such report" in page
+    assert "base round" not in page  # base's rounds are not plotted: its attempts are gone
+
+
+def test_divergence_in_words_names_the_tensor_the_step_and_the_size() -> None:
+    c = CaseComparison(
+        "t", "pipeline", "cpu", "regression", "no_change", "regression",
+        FailureMatrix("no_change"),
+        Divergence("stage", "denoise.step02", {"step": 2, "max_abs_diff_at_least": 0.25}),
+    )  # fmt: skip
+    words = divergence_words(c)
+    assert "first differ at 'denoise.step02' at step 2" in words and "at least 0.25" in words
+    nan = replace(c, divergence=Divergence("nonfinite", "vae.out", {"side": "head"}))
+    assert "holds NaN/Inf on head" in divergence_words(nan)
