@@ -172,7 +172,7 @@ def main(args: argparse.Namespace) -> int:
         for s, h in old.items():
             signal.signal(s, h)
         report = runner.finish(suite.errors)
-        write_run(report, runner.run_dir)
+        write_run(report, runner.run_dir, references=references if references.is_dir() else None)
     counts = {k: v for k, v in report.counts().items() if v}
     print(
         f"{runner.run_dir}: "

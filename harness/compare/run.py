@@ -31,7 +31,7 @@ from harness.errors import UsageError
 from harness.execution.executor import SideSpec
 from harness.execution.paired import PairedRunner
 from harness.execution.run import RunOptions, check_run_id, new_run_id
-from harness.fsio import write_json_atomic, write_text_atomic
+from harness.fsio import write_json_atomic
 from harness.model import (
     Attempt,
     CaseComparison,
@@ -43,7 +43,7 @@ from harness.model import (
     SideInfo,
 )
 from harness.platforms.profile import Profile
-from harness.report.comparison_md import comparison_markdown
+from harness.report.comparison_io import render_comparison
 from harness.report.io import write_run
 from harness.worker.envinfo import env_basis, env_digest
 
@@ -173,14 +173,18 @@ def _finish(
         },
         infra_errors=tuple(e for r in reports.values() for e in r.infra_errors),
     )
-    write_comparison(comparison, out_dir)
+    write_comparison(comparison, out_dir, references=request.references_root)
     return comparison
 
 
-def write_comparison(comparison: Comparison, out_dir: Path) -> None:
+def write_comparison(
+    comparison: Comparison, out_dir: Path, *, references: Path | None = None
+) -> None:
+    """``comparison.json`` and its renderings (``summary.md``, ``index.html`` with the frames
+    of ``references`` beside base's and head's)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out_dir / "comparison.json", comparison.to_json())
-    write_text_atomic(out_dir / "summary.md", comparison_markdown(comparison))
+    render_comparison(comparison, out_dir, references=references)
 
 
 def compare_revisions(
@@ -267,7 +271,9 @@ def compare_revisions(
             }
             for side, rep in reports.items():
                 (runner.run_dir / side).mkdir(parents=True, exist_ok=True)
-                write_run(rep, runner.run_dir / side, latest=False)
+                write_run(
+                    rep, runner.run_dir / side, latest=False, references=request.references_root
+                )
     out_dir = runner.run_dir
     cases = []
     for item in items:

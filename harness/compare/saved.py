@@ -94,14 +94,14 @@ def compare_reports(
             None,
             reports["base"].run_id,
             env_digest(reports["base"].env),
-            report=str(base_dir),
+            report=str(base_dir.resolve()),
             code_files=side_code_files(reports["base"]),
         ),
         head=SideInfo(
             None,
             reports["head"].run_id,
             env_digest(reports["head"].env),
-            report=str(head_dir),
+            report=str(head_dir.resolve()),
             code_files=side_code_files(reports["head"]),
         ),
         same_runner=not differences,
@@ -116,5 +116,5 @@ def compare_reports(
         noise_source=str(noise_file) if noise and noise_file else None,
         settings={"delta": latency.delta, "alpha": latency.alpha},
     )
-    write_comparison(comparison, out_dir)
+    write_comparison(comparison, out_dir, references=request.references_root)
     return comparison

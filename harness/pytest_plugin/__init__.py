@@ -341,7 +341,13 @@ class _BatchState:
         from harness.report.io import write_run
 
         report = self.runner.finish()
-        write_run(report, self.runner.run_dir, latest=self.runner.options.write_latest)
+        refs = self.runner.options.references_root
+        write_run(
+            report,
+            self.runner.run_dir,
+            latest=self.runner.options.write_latest,
+            references=Path(refs) if refs else None,
+        )
         self.report = report
         return self.runner.run_dir
 

@@ -1,4 +1,5 @@
-"""Writing and reading run folders: ``report.json``, ``junit.xml``, ``summary.md``, ``latest``.
+"""Writing and reading run folders: ``report.json``, ``junit.xml``, ``summary.md``,
+``index.html`` (and its ``images/``), ``latest``.
 
 Every file is written under a temporary name and renamed, so a reader never sees half a file.
 """
@@ -12,6 +13,7 @@ from pathlib import Path
 from harness.errors import ReportFormatError
 from harness.fsio import write_json_atomic, write_text_atomic
 from harness.model import SCHEMA_VERSION, RunReport
+from harness.report.html import render_run_html
 from harness.report.junit import write_junit
 from harness.report.markdown import summary_markdown
 from harness.report.schema import validate_report
@@ -32,20 +34,26 @@ def _point_latest(run_dir: Path) -> None:
         write_text_atomic(run_dir.parent / "LATEST", run_dir.name + "\n")
 
 
-def write_run(report: RunReport, run_dir: Path, *, latest: bool = True) -> None:
-    """Write every rendering of a run into its folder."""
+def write_run(
+    report: RunReport, run_dir: Path, *, latest: bool = True, references: Path | None = None
+) -> None:
+    """Write every rendering of a run into its folder (``references``: the store whose frames
+    ``index.html`` shows beside the outputs)."""
     write_json_atomic(run_dir / "report.json", report.to_json())
-    render_run(report, run_dir)
+    render_run(report, run_dir, references=references)
     if latest:
         _point_latest(run_dir)
 
 
-def render_run(report: RunReport, run_dir: Path) -> None:
-    """The renderings of a report (JUnit, Markdown), never the report itself. Each is built
-    in memory before it replaces its file, so a rendering that fails leaves the old files."""
+def render_run(report: RunReport, run_dir: Path, *, references: Path | None = None) -> None:
+    """The renderings of a report (JUnit, Markdown, HTML), never the report itself. Each is
+    built in memory before it replaces its file, so a rendering that fails leaves the old files
+    (the HTML's images are written as its page is built)."""
     summary = summary_markdown(report)
+    page = render_run_html(report, run_dir, references=references)
     write_junit(report, run_dir / "junit.xml")
     write_text_atomic(run_dir / "summary.md", summary)
+    write_text_atomic(run_dir / "index.html", page)
 
 
 _JSON_TYPES = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}

@@ -1,0 +1,263 @@
+"""``index.html`` of a run: one self-contained page (its CSS and script inline, its plots inline
+SVG) plus an ``images/`` folder beside it, rendered from the :class:`RunReport` with Jinja2
+templates (``harness/report/templates/``) and autoescaping on, so every string from a case, an
+error or a log is text, never markup. The page loads nothing from the network: its Content
+Security Policy allows only its own inline script (by hash), inline styles and local images.
+
+Example::
+
+    write_run_html(read_report(run_dir), run_dir, references=Path("references"))
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+
+from harness.fsio import write_text_atomic
+from harness.model import Attempt, CaseResult, RunReport, fmt_number
+from harness.references.store import ReferenceStore
+from harness.report.gallery import Gallery, judged_attempt, run_gallery
+from harness.report.images import ImageFolder
+
+LOG_TAIL_CHARS = 4000  # of a worker log or stack dump shown with an attempt
+_LOG_IN_MESSAGE = re.compile(r"log: (\S+\.log)")
+
+
+@functools.cache
+def environment() -> jinja2.Environment:
+    """The templates, autoescaped (every ``{{ }}`` is HTML-escaped unless it is Markup)."""
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("harness.report", "templates"),
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters["num"] = fmt_number
+    env.filters["secs"] = seconds
+    env.filters["short"] = short_hash
+    env.filters["settings"] = check_settings
+    env.filters["first_line"] = first_line
+    env.globals["script"] = _script()
+    return env
+
+
+@dataclass(frozen=True)
+class Script:
+    """The page's one script and its CSP hash (only this script may run)."""
+
+    code: Markup
+    csp: str
+
+
+def _script() -> Script:
+    code = (Path(__file__).parent / "templates" / "report.js").read_text("utf-8")
+    digest = base64.b64encode(hashlib.sha256(code.encode()).digest()).decode()
+    return Script(Markup(code), f"'sha256-{digest}'")
+
+
+def seconds(v: Any) -> str:
+    """Seconds as a report shows them: ms below one second."""
+    if not isinstance(v, int | float) or isinstance(v, bool):
+        return "-"
+    return f"{v * 1e3:.3g} ms" if abs(v) < 1 else f"{v:.3g} s"
+
+
+def short_hash(h: Any) -> str:
+    """``blake3:e125c8e983e0...`` -> ``e125c8e983e0`` (the full hash is in the JSON)."""
+    text = str(h or "-")
+    return text.split(":", 1)[-1][:12]
+
+
+def check_settings(settings: Mapping[str, Any]) -> str:
+    """A check's settings on one line, less the compared frame list (the gallery shows it)."""
+    return ", ".join(
+        f"{k}={fmt_number(v)}"
+        for k, v in sorted(settings.items())
+        if k not in ("frames", "reference_blessed") and v not in ("", None)
+    )
+
+
+def first_line(text: str) -> str:
+    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+    return lines[0] + (" ..." if len(lines) > 1 else "") if lines else ""
+
+
+def duration(started: str, finished: str) -> float | None:
+    try:
+        return (datetime.fromisoformat(finished) - datetime.fromisoformat(started)).total_seconds()
+    except (TypeError, ValueError):
+        return None
+
+
+class Logs:
+    """Tails of the worker logs and stack dumps under ``<run>/workers/``, read once each."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.dir = run_dir / "workers"
+        self._cache: dict[str, str] = {}
+
+    def tail(self, name: str) -> str:
+        if name not in self._cache:
+            try:
+                data = (self.dir / name).read_bytes()[-LOG_TAIL_CHARS:]
+                self._cache[name] = data.decode("utf-8", "replace")
+            except OSError:
+                self._cache[name] = ""
+        return self._cache[name]
+
+    def for_attempt(self, a: Attempt) -> list[tuple[str, str]]:
+        """(file name, tail) of the log an attempt's error names, and its stack dump."""
+        if a.error is None:
+            return []
+        out = []
+        for raw in _LOG_IN_MESSAGE.findall(a.error.message):
+            name = Path(raw).name  # the folder may have moved (a downloaded artifact)
+            for n in (name, name.removesuffix(".log") + ".stacks"):
+                text = self.tail(n)
+                if text.strip():
+                    out.append((n, text))
+        return out
+
+    def all(self) -> list[tuple[str, str]]:
+        if not self.dir.is_dir():
+            return []
+        return [(p.name, t) for p in sorted(self.dir.iterdir()) if (t := self.tail(p.name)).strip()]
+
+
+@dataclass(frozen=True)
+class AttemptView:
+    a: Attempt
+    logs: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class CaseView:
+    """One case as the template shows it."""
+
+    anchor: str
+    c: CaseResult
+    duration_s: float
+    checks_passed: int
+    attempts: tuple[AttemptView, ...]
+    # Tables as rows of display strings, formatted here: a thousand cases render in a second.
+    stages: tuple[tuple[str, tuple[str, ...]], ...]  # stage, seconds per attempt
+    inputs: tuple[tuple[str, str, str], ...]  # name, hash, same in every measured attempt
+    fingerprints: tuple[tuple[str, ...], ...]  # name, hash, dtype[shape], nonfinite, min,
+    # max, mean, same in every passing attempt
+    notes: tuple[tuple[str, str], ...]
+    gallery: Gallery | None
+
+
+def _ordered_union(maps: Sequence[Mapping[str, Any]]) -> list[str]:
+    return list(dict.fromkeys(k for m in maps for k in m))
+
+
+def case_view(
+    i: int,
+    c: CaseResult,
+    run_dir: Path,
+    store: ReferenceStore | None,
+    folder: ImageFolder,
+    logs: Logs,
+) -> CaseView:
+    measured = [a for a in c.attempts if not a.warmup] or list(c.attempts)
+    shown = judged_attempt(c) or (c.attempts[-1] if c.attempts else None)
+    inputs, fps = [], []
+    if shown is not None:
+        for name, h in shown.inputs.items():
+            same = all(a.inputs.get(name) == h for a in measured)
+            inputs.append((name, h, "yes" if same else "NO"))
+        passing = [a for a in measured if a.status == "passed"]
+        for name, fp in shown.fingerprints.items():
+            same = all(
+                (a.fingerprints.get(name) or {}).get("hash") == fp.get("hash") for a in passing
+            )
+            shape = ",".join(str(d) for d in fp.get("shape") or [])
+            fps.append(
+                (
+                    name,
+                    short_hash(fp.get("hash")),
+                    f"{fp.get('dtype', '-')}[{shape}]",
+                    *(fmt_number(fp.get(k)) for k in ("nonfinite", "min", "max", "mean")),
+                    "yes" if same else "NO",
+                )
+            )
+    stage_names = _ordered_union([a.stages for a in c.attempts])
+    return CaseView(
+        anchor=f"case-{i}",
+        c=c,
+        duration_s=sum(a.duration_s for a in c.attempts),
+        checks_passed=sum(1 for k in c.checks if k.passed),
+        attempts=tuple(AttemptView(a, tuple(logs.for_attempt(a))) for a in c.attempts),
+        stages=tuple(
+            (st, tuple(seconds(a.stages.get(st)) for a in c.attempts)) for st in stage_names
+        ),
+        inputs=tuple(inputs),
+        fingerprints=tuple(fps),
+        notes=tuple((k, fmt_number(v)) for k, v in shown.notes.items()) if shown else (),
+        gallery=run_gallery(c, run_dir, store, folder, f"c{i}"),
+    )
+
+
+def _git(env: Mapping[str, Any]) -> str:
+    git = env.get("git") if isinstance(env, Mapping) else None
+    if not isinstance(git, Mapping) or not git.get("sha"):
+        return "-"
+    return str(git["sha"])[:12] + (" (dirty)" if git.get("dirty") else "")
+
+
+def render_run_html(report: RunReport, run_dir: Path, *, references: Path | None = None) -> str:
+    """The page of ``report`` (whose outputs live under ``run_dir``); the frames it shows are
+    written into ``run_dir/images/`` as it goes."""
+    store = ReferenceStore(references) if references is not None and references.is_dir() else None
+    folder = ImageFolder(run_dir)
+    logs = Logs(run_dir)
+    views = [case_view(i, c, run_dir, store, folder, logs) for i, c in enumerate(report.cases)]
+    platforms = sorted({c.platform for c in report.cases})
+    simulated = sum(1 for c in report.cases if c.simulated)
+    summary = {
+        "counts": {k: v for k, v in report.counts().items() if v},
+        "runner": report.runner,
+        "platforms": ", ".join(platforms) or "-",
+        "simulated": simulated,
+        "real": len(report.cases) - simulated,
+        "git": _git(report.env),
+        "duration_s": duration(report.started_at, report.finished_at),
+        "started_at": report.started_at,
+    }
+    return (
+        environment()
+        .get_template("run.j2")
+        .render(
+            report=report,
+            summary=summary,
+            cases=views,
+            filters={
+                "status": sorted({c.status for c in report.cases}),
+                "kind": sorted({c.kind for c in report.cases}),
+                "platform": platforms,
+            },
+            worker_logs=logs.all(),
+            references=str(references) if store is not None else None,
+        )
+    )
+
+
+def write_run_html(report: RunReport, run_dir: Path, *, references: Path | None = None) -> Path:
+    """``run_dir/index.html`` (and its images), built in memory before it replaces the file."""
+    page = render_run_html(report, run_dir, references=references)
+    path = run_dir / "index.html"
+    write_text_atomic(path, page)
+    return path

@@ -1,0 +1,92 @@
+"""The report's pictures and plots, unit by unit: heat maps, thumbnails, the gallery of a case
+whose output file is broken, strip plots in time order, escaping of labels, worker log tails."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from harness import media
+from harness.fsio import write_array
+from harness.model import Attempt, CaseResult, ErrorInfo
+from harness.report import images, plots
+from harness.report.gallery import run_gallery
+from harness.report.html import Logs
+from harness.report.images import ImageFolder
+
+
+def test_heat_map_is_black_where_frames_agree_and_bright_where_they_differ() -> None:
+    a = np.full((8, 8, 3), 100, np.uint8)
+    b = a.copy()
+    b[2, 3] = 200
+    rgb, mx, mean = images.heat(a, b)
+    assert mx == 100 and 0 < mean < 2
+    assert rgb[2, 3].tolist() == [252, 255, 164]  # |difference| >= 32: the top of the scale
+    rgb[2, 3] = 0
+    assert rgb.max() == 0
+
+
+def test_large_frames_get_a_thumbnail_linked_to_the_full_size(tmp_path: Path) -> None:
+    frame = np.random.default_rng(0).integers(0, 255, (480, 640, 3), dtype=np.uint8)
+    pic = ImageFolder(tmp_path).write("case/video/output/0", frame)
+    assert pic.src != pic.thumb
+    assert media.read_png(tmp_path / pic.src).shape == (480, 640, 3)
+    assert max(media.read_png(tmp_path / pic.thumb).shape[:2]) <= images.THUMB_PX
+    small = ImageFolder(tmp_path).write("case/video/output/1", frame[:64, :64])
+    assert small.src == small.thumb
+
+
+def test_a_broken_output_is_named_in_the_gallery_not_raised(tmp_path: Path) -> None:
+    (tmp_path / "video.safetensors").write_bytes(b"not safetensors")
+    write_array(tmp_path / "audio.safetensors", np.zeros(1600, np.float32))
+    a = Attempt(
+        "c", "cpu", 0, "passed", 1,
+        outputs={
+            "video": {"kind": "video", "path": "video.safetensors", "shape": [4, 8, 8, 3]},
+            "audio": {"kind": "audio", "path": "audio.safetensors",
+                      "meta": {"sample_rate": 16000}},
+        },
+    )  # fmt: skip
+    g = run_gallery(CaseResult("c", "pipeline", "cpu", "passed", attempts=(a,)), tmp_path,
+                    None, ImageFolder(tmp_path), "c0")  # fmt: skip
+    assert g is not None
+    (video,) = g.videos
+    assert any("video.safetensors" in p for p in video.problems)
+    assert all(cell.picture is None for col in video.columns for cell in col.cells)
+    (audio,) = g.audios
+    assert len(audio.waves) == 1 and "1600 samples" in audio.waves[0]
+
+
+def test_strip_plot_puts_rounds_in_time_order_and_escapes_its_title() -> None:
+    pts = [
+        plots.Point("head", 2, "t5", 3.0),
+        plots.Point("base", 1, "t1", 1.0),
+        plots.Point("head", 1, "t2", 2.0),
+        plots.Point("base", 2, "t4", 4.0),
+    ]
+    svg = plots.strip_plot("<b>stage</b>", pts)
+    assert "<b>" not in svg and "&lt;b&gt;stage&lt;/b&gt;" in svg
+    assert svg.count("<circle") == 4
+    # round 1 sits left of round 2, and one grey pairing line per round
+    xs = [float(s.split('"')[0]) for s in svg.split('cx="')[1:]]
+    titles = [s.split("</title>")[0] for s in svg.split("<title>")[2:]]
+    by_round = {t: x for t, x in zip(titles, xs, strict=True)}
+    assert by_round["base round 1: 1 s"] < by_round["base round 2: 4 s"]
+    assert by_round["head round 1: 2 s"] < by_round["head round 2: 3 s"]
+    assert svg.count('stroke="#d1d5db"') == 2
+
+
+def test_waveform_label_is_escaped() -> None:
+    svg = plots.waveform(np.zeros(100), 10, label="<script>x</script>", colour="#000")
+    assert "<script>" not in svg and "&lt;script&gt;" in svg
+
+
+def test_logs_of_an_attempt_are_found_by_file_name_after_the_run_moved(tmp_path: Path) -> None:
+    (tmp_path / "workers").mkdir()
+    (tmp_path / "workers" / "head-cpu-002.log").write_text("x" * 5000 + "last line\n")
+    (tmp_path / "workers" / "head-cpu-002.stacks").write_text("Thread 0x1 (most recent call)\n")
+    err = ErrorInfo.make("WorkerCrashed", "signal 9; log: /gone/workers/head-cpu-002.log")
+    logs = Logs(tmp_path).for_attempt(Attempt("c", "cpu", 0, "crashed", 1, error=err))
+    assert [n for n, _ in logs] == ["head-cpu-002.log", "head-cpu-002.stacks"]
+    assert logs[0][1].endswith("last line\n") and len(logs[0][1]) == 4000
