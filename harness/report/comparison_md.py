@@ -64,15 +64,47 @@ def _divergence(c: CaseComparison) -> str:
     return f"{d.kind} at `{d.first}`" + (f" ({', '.join(extra)})" if extra else "")
 
 
+def env_diff_lines(comparison: Comparison) -> list[str]:
+    """The environment difference: Python and package versions, base -> head (a table)."""
+    d = comparison.env_diff
+    if d is None or (d.empty and d.reason is None):
+        return []
+    lines = ["", "### Environment difference", ""]
+    if d.reason is not None:
+        lines.append(f"Packages not compared: {_cell(d.reason)}.")
+    if d.empty:
+        return lines
+    lines += ["| package | base | head |", "|---|---|---|"]
+    if d.python is not None:
+        lines.append(f"| Python | {d.python[0] or '-'} | {d.python[1] or '-'} |")
+    rows = [
+        *((name, b, h) for name, (b, h) in d.changed.items()),
+        *((name, "-", v) for name, v in d.added.items()),
+        *((name, v, "-") for name, v in d.removed.items()),
+    ]
+    lines += [f"| `{_cell(n)}` | {_cell(b)} | {_cell(h)} |" for n, b, h in sorted(rows)]
+    return lines
+
+
+def _title(comparison: Comparison) -> str:
+    base, head = comparison.base, comparison.head
+    if base.env is not None and head.env is not None:
+        rev = f" at `{head.rev}`" if head.rev else " (working tree)"
+        return f"## harness compare: environment `{head.env}` vs `{base.env}`{rev}"
+    return f"## harness compare: {head.rev or head.run_id} vs {base.rev or base.run_id}"
+
+
 def comparison_markdown(comparison: Comparison) -> str:
     """The summary: a verdict count line, then one table row per case."""
-    base, head = comparison.base, comparison.head
     counts = ", ".join(f"{v} {k}" for k, v in comparison.counts().items() if v)
+    if comparison.base.env is not None:  # two environments: same_runner is the machine
+        where = "same machine" if comparison.same_runner else "DIFFERENT machines"
+    else:
+        where = "same runner" if comparison.same_runner else "DIFFERENT environments"
     lines = [
-        f"## harness compare: {head.rev or head.run_id} vs {base.rev or base.run_id}",
+        _title(comparison),
         "",
-        f"Runner `{comparison.runner}`, {comparison.rounds} round(s) (A B B A), "
-        f"{'same runner' if comparison.same_runner else 'DIFFERENT environments'}: {counts}.",
+        f"Runner `{comparison.runner}`, {comparison.rounds} round(s) (A B B A), {where}: {counts}.",
     ]
     if comparison.env_differences:
         lines.append(f"Environment differs in: {', '.join(comparison.env_differences)}.")
@@ -110,6 +142,7 @@ def comparison_markdown(comparison: Comparison) -> str:
         lines += ["", "<details><summary>why</summary>", ""]
         lines += [f"- `{c.name}`: {_cell(c.reason)}" for c in notes]
         lines += ["", "</details>"]
+    lines += env_diff_lines(comparison)
     for e in comparison.infra_errors:
         lines.append(f"\n⚠️ harness error: {_cell(e)}")
     return "\n".join(lines) + "\n"

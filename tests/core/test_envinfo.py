@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from harness.worker import envinfo
-from harness.worker.envinfo import ENV_KEYS, collect_env, env_digest, git_state
+from harness.worker.envinfo import ENV_KEYS, OPTIONAL_ENV_KEYS, collect_env, env_digest, git_state
 
 _CI_VARS = (
     "CI",
@@ -62,7 +62,7 @@ def test_collect_env_has_every_field(env: dict[str, Any]) -> None:
     import numpy
     import torch
 
-    assert set(env) == set(ENV_KEYS)
+    assert set(env) == set(ENV_KEYS) | set(OPTIONAL_ENV_KEYS)
     assert set(env["python"]) == {"version", "implementation", "executable"}
     assert set(env["platform"]) == {"os", "release", "machine"}
     assert env["torch"]["version"] == str(torch.__version__)
