@@ -85,7 +85,8 @@ def add_parser(sub: Any) -> None:
         "--cases-from",
         choices=("working", "head"),
         default="working",
-        help="case files from the working copy (default) or from head's checkout",
+        help="case files from the working copy (default) or from head's checkout (with "
+        "--base-env/--head-env: from the checkout under test)",
     )
     p.add_argument("--rounds", type=int, metavar="N", help="most rounds per batch (default 7)")
     p.add_argument("--budget", type=float, metavar="SECONDS", help="time budget for rounds")

@@ -42,7 +42,7 @@ PROBE_TIMEOUT_S = 120.0
 # the harness's worker (which is what every attempt of that side will run).
 _PROBE = """\
 import json, platform, sys
-info = {"executable": sys.executable, "version": platform.python_version()}
+info = {"executable": sys.executable, "version": platform.python_version(), "prefix": sys.prefix}
 try:
     import harness, harness.worker.main
     info["harness"] = harness.__file__
@@ -60,6 +60,7 @@ class Interpreter:
     python: str  # absolute, symlinks kept: a venv's bin/python is what activates that venv
     version: str
     harness: str
+    prefix: str  # sys.prefix: the environment itself (two venvs over one Python differ here)
 
 
 def find_interpreter(path: str, flag: str) -> str:
@@ -118,7 +119,13 @@ def probe_interpreter(path: str, flag: str) -> Interpreter:
             "environment with --system-site-packages over one that has it, or put the "
             "harness's folder on PYTHONPATH"
         )
-    return Interpreter(path, python, str(info["version"]), str(info.get("harness", "")))
+    return Interpreter(
+        path,
+        python,
+        str(info["version"]),
+        str(info.get("harness", "")),
+        str(info.get("prefix", "")),
+    )
 
 
 def compare_environments(
@@ -133,6 +140,12 @@ def compare_environments(
         "base": probe_interpreter(base_env, "--base-env"),
         "head": probe_interpreter(head_env, "--head-env"),
     }
+    if interps["base"].prefix == interps["head"].prefix:
+        raise UsageError(
+            f"--base-env {base_env} and --head-env {head_env} are one environment "
+            f"({interps['base'].prefix}): that compares it with itself; to measure this "
+            "runner's noise use --aa REV"
+        )
     for side, it in interps.items():
         say(f"{side}: {it.python} (Python {it.version}), harness from {it.harness}")
     if interps["base"].harness != interps["head"].harness:

@@ -126,6 +126,14 @@ def test_flag_combinations(
     assert message in err
 
 
+def test_one_environment_twice_is_refused_pointing_at_aa(
+    cli: Callable[..., tuple[int, str]],
+) -> None:
+    code, err = cli("--base-env", sys.executable, "--head-env", sys.prefix)
+    assert code == 2, err
+    assert "are one environment" in err and "--aa REV" in err
+
+
 def test_help_shows_the_two_environment_example(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:
         main(["compare", "--help"])
