@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.cli.suite import add_suite_args
 from harness.errors import UsageError
+
+if TYPE_CHECKING:
+    from harness.model import Comparison
 
 COMPARE_EXAMPLE = """\
 examples:
@@ -18,6 +22,14 @@ examples:
   harness compare --base main --head HEAD --repo ../my-target --code-root src
   harness compare --aa main                                # calibrate this runner's noise
   harness compare reports/run-a reports/run-b              # two saved runs
+  harness compare --base-env .venv-torch212 --head-env .venv-torch213 cases/pipeline
+  harness compare --base-env /usr/bin/python3.11 --head-env .venv/bin/python --rev v1.2
+
+two environments: --base-env/--head-env each name a Python interpreter or a virtual
+environment folder (its bin/python); the working tree (or --rev REV, checked out once) runs
+in both, interleaved, and comparison.json adds env_diff (packages added, removed, changed,
+and the Python version when it differs). Each environment must be able to import the harness
+(install it there, or create the venv with --system-site-packages over one that has it).
 
 exit codes: 0 no regression or new failure; 1 a regression or new failure (with --strict
 also inconclusive, suspect, flaky, missing); 2 usage; 3 infrastructure.
@@ -30,7 +42,8 @@ def add_parser(sub: Any) -> None:
         help="compare base and head on this runner (interleaved rounds)",
         description="Check both revisions out as git worktrees, run the selected cases for both "
         "interleaved (A B B A) on this runner, and write <out>/<id>/comparison.json and "
-        "summary.md beside base/ and head/ run folders. With two saved run folders and no "
+        "summary.md beside base/ and head/ run folders. With --base-env/--head-env, run one "
+        "revision in two Python environments instead. With two saved run folders and no "
         "--base/--head, compare those instead.",
         epilog=COMPARE_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -39,6 +52,21 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--base", metavar="REV", help="base revision (any git revision)")
     p.add_argument("--head", metavar="REV", help="head revision (default: HEAD)")
     p.add_argument("--aa", metavar="REV", help="run REV against itself and store its noise")
+    p.add_argument(
+        "--base-env",
+        metavar="PATH",
+        help="base's Python: an interpreter or a virtual environment folder (with --head-env)",
+    )
+    p.add_argument(
+        "--head-env",
+        metavar="PATH",
+        help="head's Python: an interpreter or a virtual environment folder (with --base-env)",
+    )
+    p.add_argument(
+        "--rev",
+        metavar="REV",
+        help="with --base-env/--head-env: the revision both run (default: the working tree)",
+    )
     p.add_argument(
         "--repo",
         type=Path,
@@ -57,7 +85,8 @@ def add_parser(sub: Any) -> None:
         "--cases-from",
         choices=("working", "head"),
         default="working",
-        help="case files from the working copy (default) or from head's checkout",
+        help="case files from the working copy (default) or from head's checkout (with "
+        "--base-env/--head-env: from the checkout under test)",
     )
     p.add_argument("--rounds", type=int, metavar="N", help="most rounds per batch (default 7)")
     p.add_argument("--budget", type=float, metavar="SECONDS", help="time budget for rounds")
@@ -105,6 +134,19 @@ def looks_for(rounds: int | None) -> tuple[int, ...]:
     return (*(n for n in (3, 5, 7) if n < rounds), rounds)
 
 
+def _interruptible(run: Callable[[], Comparison]) -> Comparison:
+    """``run()`` with SIGTERM raised as Ctrl-C: a live comparison still writes what finished."""
+
+    def on_signal(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, on_signal)
+    try:
+        return run()
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 def main(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
@@ -146,7 +188,31 @@ def main(args: argparse.Namespace) -> int:
         argv=tuple(sys.argv),
         progress=say,
     )
-    if args.base is None and args.head is None and args.aa is None:
+    envs = (args.base_env, args.head_env)
+    if any(e is not None for e in envs):
+        if None in envs:
+            raise UsageError(
+                "--base-env and --head-env go together: pass both (each a Python interpreter "
+                "or a virtual environment folder)"
+            )
+        if args.base or args.head or args.aa:
+            raise UsageError(
+                "--base-env/--head-env run one revision in two environments: drop "
+                "--base/--head/--aa (pick the revision with --rev REV)"
+            )
+    elif args.rev is not None:
+        raise UsageError(
+            "--rev REV goes with --base-env/--head-env (two revisions: --base REV --head REV)"
+        )
+    if args.base_env is not None:
+        from harness.compare.envs import compare_environments
+
+        comparison = _interruptible(
+            lambda: compare_environments(
+                args.base_env, args.head_env, request=request, rev=args.rev
+            )
+        )
+    elif args.base is None and args.head is None and args.aa is None:
         if len(args.paths) != 2 or not all(p.is_dir() for p in args.paths):
             raise UsageError(
                 "expected --base REV [--head REV], --aa REV, or two saved run folders "
@@ -163,18 +229,14 @@ def main(args: argparse.Namespace) -> int:
             raise UsageError("--aa REV runs one revision against itself: drop --base/--head")
         if args.aa is None and args.base is None:
             raise UsageError("--head needs --base REV")
-
-        def on_signal(signum: int, frame: object) -> None:
-            raise KeyboardInterrupt
-
-        old = signal.signal(signal.SIGTERM, on_signal)
-        try:
-            if args.aa is not None:
-                comparison = compare_revisions(args.aa, args.aa, request=request, aa=True)
-            else:
-                comparison = compare_revisions(args.base, args.head or "HEAD", request=request)
-        finally:
-            signal.signal(signal.SIGTERM, old)
+        if args.aa is not None:
+            comparison = _interruptible(
+                lambda: compare_revisions(args.aa, args.aa, request=request, aa=True)
+            )
+        else:
+            comparison = _interruptible(
+                lambda: compare_revisions(args.base, args.head or "HEAD", request=request)
+            )
     out_dir = args.out / comparison.id
     for c in comparison.cases:
         print(f"  {c.verdict:20} {c.name}" + (f": {c.reason}" if c.reason else ""), file=sys.stderr)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cases import PlanItem, build_plan, load_suite
+from harness.compare.envdiff import env_diff, env_differences
 from harness.compare.judge import judge_case
 from harness.compare.latency import LatencySettings, confirm, decide_stages
 from harness.compare.noise import calibrate, load_noise, noise_path, store_noise
@@ -45,7 +46,7 @@ from harness.model import (
 from harness.platforms.profile import Profile
 from harness.report.comparison_io import render_comparison
 from harness.report.io import write_run
-from harness.worker.envinfo import env_basis, env_digest
+from harness.worker.envinfo import env_digest
 
 Say = Callable[[str], None]
 
@@ -103,12 +104,6 @@ def _relocate(report: RunReport, prefix: str) -> RunReport:
     return replace(report, cases=cases)
 
 
-def env_differences(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[str]:
-    """The fields of the environment fingerprint (less the code under test) that differ."""
-    b, h = env_basis(base), env_basis(head)
-    return sorted(k for k in b if b[k] != h.get(k))
-
-
 def _items(request: CompareRequest, cases_root: Path | None) -> tuple[list[PlanItem], list[Any]]:
     paths = list(request.case_paths) or [Path("cases")]
     if cases_root is not None:
@@ -122,7 +117,7 @@ def _items(request: CompareRequest, cases_root: Path | None) -> tuple[list[PlanI
     return items, list(suite.errors)
 
 
-def _finish(
+def finish_comparison(
     comparison_id: str,
     out_dir: Path,
     reports: Mapping[Side, RunReport],
@@ -136,9 +131,11 @@ def _finish(
     same_runner: bool,
     differences: Sequence[str] = (),
     allowed: bool = False,
+    envs: Mapping[Side, str] | None = None,
 ) -> Comparison:
     sides = {}
     for side, rep in reports.items():
+        py = rep.env.get("python")
         sides[side] = SideInfo(
             rev=revs.get(side),
             run_id=rep.run_id,
@@ -146,6 +143,8 @@ def _finish(
             sha=(rep.env.get("git") or {}).get("sha") if isinstance(rep.env, Mapping) else None,
             report=f"{side}/report.json",
             code_files=side_code_files(rep),
+            env=(envs or {}).get(side),
+            python=py.get("executable") if isinstance(py, Mapping) else None,
         )
     lat = request.latency
     comparison = Comparison(
@@ -172,6 +171,7 @@ def _finish(
             "budget_s": request.budget_s,
         },
         infra_errors=tuple(e for r in reports.values() for e in r.infra_errors),
+        env_diff=env_diff(reports["base"].env, reports["head"].env),
     )
     write_comparison(comparison, out_dir, references=request.references_root)
     return comparison
@@ -187,93 +187,81 @@ def write_comparison(
     render_comparison(comparison, out_dir, references=references)
 
 
-def compare_revisions(
-    base: str, head: str, *, request: CompareRequest, aa: bool = False
-) -> Comparison:
-    """Run ``base`` and ``head`` of ``request.repo`` interleaved here and judge every case.
+@dataclass(frozen=True)
+class Live:
+    """What the interleaved rounds of a live comparison produced, judged per case."""
 
-    With ``aa`` (``head == base``), also store per case and stage noise in
-    ``<noise_dir>/<runner>.json``.
+    run_dir: Path
+    items: Sequence[PlanItem]
+    reports: Mapping[Side, RunReport]
+    cases: Sequence[CaseComparison]
+    rounds: int
+    noise_source: str | None
+
+
+def run_live(
+    request: CompareRequest,
+    comparison_id: str,
+    sides: Mapping[Side, SideSpec],
+    *,
+    cases_root: Path | None,
+    what: str,
+    aa: bool = False,
+) -> Live:
+    """Run the selected cases for both ``sides`` interleaved on this runner and judge them.
+
+    The shared engine of :func:`compare_revisions` and
+    :func:`harness.compare.envs.compare_environments`: sequential looks and confirmation
+    batches (or, with ``aa``, a fixed number of rounds whose detections are runner noise),
+    one run folder per side, one verdict per case. ``what`` names the two sides in progress.
+    With ``aa`` the calibrated noise is stored in ``<noise_dir>/<runner>.json``.
     """
     say = request.progress or (lambda _l: None)
-    started = utc_now()
-    comparison_id = check_run_id(request.comparison_id) if request.comparison_id else new_run_id()
-    with Checkouts(request.repo) as co:
-        shas = {"base": resolve(co.repo, base), "head": resolve(co.repo, head)}
-        base_dir = co.add(shas["base"], "base")
-        head_dir = base_dir if aa and shas["head"] == shas["base"] else co.add(shas["head"], "head")
-        for side, d in (("base", base_dir), ("head", head_dir)):
-            missing = [r for r in request.code_roots if not (d / r).is_dir()]
-            if missing:
-                raise UsageError(
-                    f"{side} ({shas[side][:12]}): code root(s) {missing} do not exist in that "
-                    f"revision of {co.repo} (pass --code-root relative to the repository)"
-                )
-        items, load_errors = _items(request, head_dir if request.cases_from == "head" else None)
-        if not items:
-            raise UsageError("no case selected (check the paths and -k)")
-        # One warm-up per side at least: a cold first run (lazy imports, allocator, caches)
-        # would otherwise land on whichever side goes first in round 0.
-        items = [
-            replace(i, case=replace(i.case, warmup=max(i.case.warmup, request.warmup)))
-            for i in items
-        ]
-        noise_file = (
-            noise_path(request.noise_dir, request.profile.name) if request.noise_dir else None
-        )
-        noise = load_noise(noise_file) if noise_file is not None and not aa else {}
-        latency = replace(request.latency, noise=noise) if noise else request.latency
-        python = request.python or os.environ.get("HARNESS_PYTHON") or _python()
-        dirs: dict[Side, Path] = {"base": base_dir, "head": head_dir}
-        sides: dict[Side, SideSpec] = {
-            side: SideSpec(
-                side,
-                tuple(str((d / r).resolve()) for r in request.code_roots),
-                python=python,
-                cwd=str(Path.cwd()),
-                rev=shas[side],
-            )
-            for side, d in dirs.items()
+    items, load_errors = _items(request, cases_root)
+    if not items:
+        raise UsageError("no case selected (check the paths and -k)")
+    # One warm-up per side at least: a cold first run (lazy imports, allocator, caches)
+    # would otherwise land on whichever side goes first in round 0.
+    items = [
+        replace(i, case=replace(i.case, warmup=max(i.case.warmup, request.warmup))) for i in items
+    ]
+    noise_file = noise_path(request.noise_dir, request.profile.name) if request.noise_dir else None
+    noise = load_noise(noise_file) if noise_file is not None and not aa else {}
+    latency = replace(request.latency, noise=noise) if noise else request.latency
+    runner = PairedRunner(
+        RunOptions(
+            profile=request.profile,
+            out_root=request.out_root,
+            run_id=comparison_id,
+            references_root=str(request.references_root.resolve())
+            if request.references_root is not None and request.references_root.is_dir()
+            else None,
+            argv=request.argv,
+            cwd=str(Path.cwd()),
+            progress=say,
+            budget_s=request.budget_s,
+        ),
+        sides,
+    )
+    say(f"compare {comparison_id}: {what}, {len(items)} case(s) -> {runner.run_dir}")
+    session = Session(runner, items, latency, budget_s=request.budget_s, say=say)
+    try:
+        if aa:
+            runner.run_rounds(items, max(latency.looks))
+        else:
+            session.run()
+    except KeyboardInterrupt:
+        # what finished is judged and written; the comparison says it is incomplete
+        runner.request_stop()
+        runner.harness_errors.append("comparison interrupted: judged on the rounds that ran")
+    finally:
+        errors = tuple(LoadError(e.path, str(e)) for e in load_errors)
+        reports = {
+            side: _relocate(rep, "..") for side, rep in runner.reports(items, errors).items()
         }
-        runner = PairedRunner(
-            RunOptions(
-                profile=request.profile,
-                out_root=request.out_root,
-                run_id=comparison_id,
-                references_root=str(request.references_root.resolve())
-                if request.references_root is not None and request.references_root.is_dir()
-                else None,
-                argv=request.argv,
-                cwd=str(Path.cwd()),
-                progress=say,
-                budget_s=request.budget_s,
-            ),
-            sides,
-        )
-        say(
-            f"compare {comparison_id}: base {shas['base'][:12]} vs head {shas['head'][:12]}, "
-            f"{len(items)} case(s) -> {runner.run_dir}"
-        )
-        session = Session(runner, items, latency, budget_s=request.budget_s, say=say)
-        try:
-            if aa:
-                runner.run_rounds(items, max(latency.looks))
-            else:
-                session.run()
-        except KeyboardInterrupt:
-            # what finished is judged and written; the comparison says it is incomplete
-            runner.request_stop()
-            runner.harness_errors.append("comparison interrupted: judged on the rounds that ran")
-        finally:
-            errors = tuple(LoadError(e.path, str(e)) for e in load_errors)
-            reports = {
-                side: _relocate(rep, "..") for side, rep in runner.reports(items, errors).items()
-            }
-            for side, rep in reports.items():
-                (runner.run_dir / side).mkdir(parents=True, exist_ok=True)
-                write_run(
-                    rep, runner.run_dir / side, latest=False, references=request.references_root
-                )
+        for side, rep in reports.items():
+            (runner.run_dir / side).mkdir(parents=True, exist_ok=True)
+            write_run(rep, runner.run_dir / side, latest=False, references=request.references_root)
     out_dir = runner.run_dir
     cases = []
     for item in items:
@@ -310,21 +298,93 @@ def compare_revisions(
                 for i in items
             }
         )
-        store_noise(noise_file, request.profile.name, shas["base"], figures)
+        store_noise(noise_file, request.profile.name, sides["base"].rev or "", figures)
         say(f"noise for {len(figures)} case(s) -> {noise_file}")
-    differences = env_differences(reports["base"].env, reports["head"].env)
-    return _finish(
+    return Live(
+        run_dir=out_dir,
+        items=items,
+        reports=reports,
+        cases=cases,
+        rounds=runner.next_round,
+        noise_source=str(noise_file) if noise and noise_file else None,
+    )
+
+
+def compare_revisions(
+    base: str, head: str, *, request: CompareRequest, aa: bool = False
+) -> Comparison:
+    """Run ``base`` and ``head`` of ``request.repo`` interleaved here and judge every case.
+
+    With ``aa`` (``head == base``), also store per case and stage noise in
+    ``<noise_dir>/<runner>.json``.
+    """
+    started = utc_now()
+    comparison_id = check_run_id(request.comparison_id) if request.comparison_id else new_run_id()
+    with Checkouts(request.repo) as co:
+        shas = {"base": resolve(co.repo, base), "head": resolve(co.repo, head)}
+        base_dir = co.add(shas["base"], "base")
+        head_dir = base_dir if aa and shas["head"] == shas["base"] else co.add(shas["head"], "head")
+        dirs: dict[Side, Path] = {"base": base_dir, "head": head_dir}
+        python = request.python or os.environ.get("HARNESS_PYTHON") or _python()
+        sides = {
+            side: side_spec(
+                side,
+                d,
+                request.code_roots,
+                python=python,
+                rev=shas[side],
+                where=f"that revision of {co.repo}",
+            )
+            for side, d in dirs.items()
+        }
+        live = run_live(
+            request,
+            comparison_id,
+            sides,
+            cases_root=head_dir if request.cases_from == "head" else None,
+            what=f"base {shas['base'][:12]} vs head {shas['head'][:12]}",
+            aa=aa,
+        )
+    differences = env_differences(live.reports["base"].env, live.reports["head"].env)
+    return finish_comparison(
         comparison_id,
-        out_dir,
-        reports,
-        cases,
+        live.run_dir,
+        live.reports,
+        live.cases,
         request,
         {"base": base, "head": head},
         started_at=started,
-        rounds=runner.next_round,
-        noise_source=str(noise_file) if noise and noise_file else None,
+        rounds=live.rounds,
+        noise_source=live.noise_source,
         same_runner=not differences,
         differences=differences,
+    )
+
+
+def side_spec(
+    side: Side,
+    checkout: Path,
+    code_roots: Sequence[str],
+    *,
+    python: str,
+    rev: str | None,
+    where: str,
+) -> SideSpec:
+    """How one side runs: ``code_roots`` of ``checkout`` (each must exist) under ``python``;
+    ``where`` names the checkout in the error when one is missing."""
+    missing = [r for r in code_roots if not (checkout / r).is_dir()]
+    if missing:
+        label = f"{side} ({rev[:12]})" if rev else side
+        raise UsageError(
+            f"{label}: code root(s) {missing} do not exist in {where} "
+            "(pass --code-root relative to the repository)"
+        )
+    return SideSpec(
+        side,
+        tuple(str((checkout / r).resolve()) for r in code_roots),
+        python=python,
+        cwd=str(Path.cwd()),
+        rev=rev,
     )
 
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from harness.compare.envdiff import env_diff, env_differences
 from harness.compare.judge import judge_case
 from harness.compare.latency import decide_stages
 from harness.compare.noise import load_noise, noise_path
 from harness.compare.run import (
     CompareRequest,
-    env_differences,
     side_code_files,
     utc_now,
     write_comparison,
@@ -115,6 +115,7 @@ def compare_reports(
         allowed_different_env=allow_different_env,
         noise_source=str(noise_file) if noise and noise_file else None,
         settings={"delta": latency.delta, "alpha": latency.alpha},
+        env_diff=env_diff(reports["base"].env, reports["head"].env),
     )
     write_comparison(comparison, out_dir, references=request.references_root)
     return comparison

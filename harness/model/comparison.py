@@ -228,6 +228,8 @@ class SideInfo:
     sha: str | None = None
     report: str | None = None  # path of the side's report.json, relative to comparison.json
     code_files: Mapping[str, str] = field(default_factory=dict)  # module -> imported file
+    env: str | None = None  # --base-env / --head-env as given (a comparison of environments)
+    python: str | None = None  # the interpreter that side's workers ran
 
     def to_json(self) -> dict[str, Any]:
         return {**self.__dict__, "code_files": dict(self.code_files)}
@@ -235,6 +237,48 @@ class SideInfo:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> SideInfo:
         return cls(**{**d, "code_files": dict(d.get("code_files", {}))})
+
+
+@dataclass(frozen=True)
+class EnvDiff:
+    """What differs between the two sides' environments: the Python version and packages.
+
+    ``added`` are in head only, ``removed`` in base only, ``changed`` name -> (base, head);
+    names are canonical distribution names. ``reason`` says why the packages could not be
+    compared (a side's report predates the package list); then the three are empty.
+    """
+
+    python: tuple[str | None, str | None] | None = None  # (base, head) when they differ
+    added: Mapping[str, str] = field(default_factory=dict)
+    removed: Mapping[str, str] = field(default_factory=dict)
+    changed: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    reason: str | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not (self.python or self.added or self.removed or self.changed)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "python": None
+            if self.python is None
+            else {"base": self.python[0], "head": self.python[1]},
+            "added": dict(self.added),
+            "removed": dict(self.removed),
+            "changed": {k: {"base": b, "head": h} for k, (b, h) in self.changed.items()},
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> EnvDiff:
+        py = d.get("python")
+        return cls(
+            python=None if py is None else (py.get("base"), py.get("head")),
+            added=dict(d.get("added", {})),
+            removed=dict(d.get("removed", {})),
+            changed={k: (v["base"], v["head"]) for k, v in d.get("changed", {}).items()},
+            reason=d.get("reason"),
+        )
 
 
 @dataclass(frozen=True)
@@ -256,6 +300,7 @@ class Comparison:
     noise_source: str | None = None  # the runners/noise file whose figures widened margins
     settings: Mapping[str, Any] = field(default_factory=dict)  # delta, alpha, looks, margins
     infra_errors: tuple[str, ...] = ()
+    env_diff: EnvDiff | None = None  # Python and package versions that differ between sides
     schema_version: int = COMPARISON_SCHEMA_VERSION
 
     def counts(self) -> dict[str, int]:
@@ -290,6 +335,7 @@ class Comparison:
             "settings": json_safe(dict(self.settings)),
             "summary": {k: v for k, v in self.counts().items() if v},
             "infra_errors": list(self.infra_errors),
+            "env_diff": self.env_diff.to_json() if self.env_diff is not None else None,
             "cases": [c.to_json() for c in self.cases],
         }
 
@@ -311,5 +357,6 @@ class Comparison:
             noise_source=d.get("noise_source"),
             settings=dict(d.get("settings", {})),
             infra_errors=tuple(d.get("infra_errors", [])),
+            env_diff=EnvDiff.from_json(d["env_diff"]) if d.get("env_diff") is not None else None,
             schema_version=d.get("schema_version", COMPARISON_SCHEMA_VERSION),
         )

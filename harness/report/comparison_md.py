@@ -84,6 +84,28 @@ def _divergence(c: CaseComparison) -> str:
     return f"{d.kind} at {d.first}{_divergence_extra(c)}"
 
 
+def env_diff_lines(comparison: Comparison) -> list[str]:
+    """The environment difference: Python and package versions, base -> head (a table)."""
+    d = comparison.env_diff
+    if d is None or (d.empty and d.reason is None):
+        return []
+    lines = ["", "#### Environment difference", ""]
+    if d.reason is not None:
+        lines.append(f"Packages not compared: {md_text(d.reason)}.")
+    if d.empty:
+        return lines
+    lines += ["| package | base | head |", "|---|---|---|"]
+    if d.python is not None:
+        lines.append(row(["Python", md_text(d.python[0] or "-"), md_text(d.python[1] or "-")]))
+    rows = [
+        *((name, b, h) for name, (b, h) in d.changed.items()),
+        *((name, "-", v) for name, v in d.added.items()),
+        *((name, v, "-") for name, v in d.removed.items()),
+    ]
+    lines += [row([md_code(n), md_text(b), md_text(h)]) for n, b, h in sorted(rows)]
+    return lines
+
+
 def verdict_line(comparison: Comparison) -> str:
     """``❌ 1 regression, 1 new failure, 10 no change: head `HEAD` vs base `main` ...``."""
     code = comparison.exit_code()
@@ -149,10 +171,19 @@ def comparison_markdown(comparison: Comparison, *, max_bytes: int = DEFAULT_MAX_
     doc = Budget(max_bytes)
     doc.force(f"### {verdict_line(comparison)}")
     doc.force("")
-    doc.force(
-        f"comparison {md_code(comparison.id, table=False)} · A B B A interleaved · "
-        + ("same runner" if comparison.same_runner else "**different environments**")
-    )
+    base, head = comparison.base, comparison.head
+    if base.env is not None and head.env is not None:
+        # two environments, one revision: same_runner is about the machine
+        rev = f"at {md_code(head.rev, table=False)}" if head.rev else "(working tree)"
+        doc.force(
+            f"environment {md_code(head.env, table=False)} vs "
+            f"{md_code(base.env, table=False)} {rev}"
+        )
+        doc.force("")
+        where = "same machine" if comparison.same_runner else "**DIFFERENT machines**"
+    else:
+        where = "same runner" if comparison.same_runner else "**different environments**"
+    doc.force(f"comparison {md_code(comparison.id, table=False)} · A B B A interleaved · {where}")
     if comparison.env_differences:
         doc.add(
             "Environment differs in: "
@@ -167,6 +198,8 @@ def comparison_markdown(comparison: Comparison, *, max_bytes: int = DEFAULT_MAX_
     for e in comparison.infra_errors:
         doc.force("")
         doc.add(f"⚠️ harness error: {md_text(first_line(e), limit=CELL_CHARS * 2)}")
+    for line in env_diff_lines(comparison):
+        doc.add(line)
     rank = {v: i for i, v in enumerate(VERDICTS)}
     ordered = sorted(comparison.cases, key=lambda c: rank.get(c.verdict, -1))
     attention = [c for c in ordered if c.verdict not in _ATTENTION_LAST]

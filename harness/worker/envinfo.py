@@ -2,7 +2,9 @@
 
 :func:`collect_env` records what is needed to tell whether two runs are comparable and to
 reproduce one: interpreter, OS, torch and its CUDA/HIP build, devices, driver, the versions of
-the numeric and media libraries, host / CI runner, and the git state of the code under test.
+the numeric and media libraries, host / CI runner, the git state of the code under test, and
+``packages`` (every installed distribution, name -> version, which is what tells two
+environments apart in ``harness compare --base-env --head-env``).
 :func:`env_digest` condenses the fields that make two runs comparable into one short string,
 so a comparison can refuse to call a difference between two different runners a regression.
 
@@ -22,6 +24,7 @@ import importlib.metadata
 import json
 import os
 import platform as _platform
+import re
 import shutil
 import socket
 import stat
@@ -33,7 +36,7 @@ from typing import Any
 
 from harness import platforms
 
-__all__ = ["ENV_KEYS", "OPTIONAL_ENV_KEYS", "collect_env", "env_digest", "git_state"]
+__all__ = ["ENV_KEYS", "OPTIONAL_ENV_KEYS", "collect_env", "env_digest", "git_state", "packages"]
 
 # Top-level keys collect_env always produces; the report schema requires them.
 ENV_KEYS: tuple[str, ...] = (
@@ -57,10 +60,10 @@ ENV_KEYS: tuple[str, ...] = (
     "ci_provider",
     "git",
 )
-
 # Keys collect_env also produces that the schema does not require (reports written before them
-# stay valid): the fingerprint of every real platform.
-OPTIONAL_ENV_KEYS: tuple[str, ...] = ("platform_fingerprints",)
+# stay valid): the fingerprint of every real platform, and ``packages``, every installed
+# distribution, name -> version.
+OPTIONAL_ENV_KEYS: tuple[str, ...] = ("platform_fingerprints", "packages")
 
 # Long enough for a loaded nvidia-smi, short enough that a wedged driver cannot stall a run.
 _DRIVER_TIMEOUT_S = 5.0
@@ -126,6 +129,7 @@ def collect_env(code_root: Path | None) -> dict[str, Any]:
         "git": git_state(code_root),
         # Per real platform (the CPU too): driver, runtime, arch, devices, memory, clocks.
         "platform_fingerprints": _platform_fingerprints(),
+        "packages": packages(),
     }
 
 
@@ -193,6 +197,24 @@ def env_digest(env: Mapping[str, Any]) -> str:
 
 
 # --- packages ------------------------------------------------------------------------------
+
+_SEPARATORS = re.compile(r"[-_.]+")
+
+
+def packages() -> dict[str, str]:
+    """Every distribution this interpreter can import, canonical name -> version, sorted.
+
+    Names are normalized as pip compares them (``Tinyav_Knob`` -> ``tinyav-knob``); where a
+    distribution is installed twice on ``sys.path`` the first one wins, as an import would.
+    Only metadata is read (nothing is imported), which takes tens of milliseconds.
+    """
+    found: dict[str, str] = {}
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"] if dist.metadata else None
+        if not isinstance(name, str) or not name:
+            continue  # a broken .dist-info (no METADATA): nothing to name it by
+        found.setdefault(_SEPARATORS.sub("-", name).lower(), str(dist.version))
+    return dict(sorted(found.items()))
 
 
 def _dist_version(name: str) -> str | None:

@@ -76,7 +76,7 @@ def test_report_rerenders_a_comparison(reports: Reports, tmp_path: Path) -> None
     proc = harness("report", cmp)
     assert proc.returncode == 0, proc.stderr
     assert "strip" in (cmp / "index.html").read_text()
-    assert "harness compare" in (cmp / "summary.md").read_text()
+    assert "A B B A interleaved" in (cmp / "summary.md").read_text()
     assert (cmp / "comparison.json").read_bytes() == source
     assert "re-rendered" in proc.stderr and "index.html, summary.md" in proc.stderr
 

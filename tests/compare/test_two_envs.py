@@ -1,0 +1,197 @@
+"""`harness compare --base-env --head-env` end to end: one revision in two real virtual
+environments (``venv --system-site-packages`` over the test environment) that differ in one
+pure-Python distribution, ``tinyav_knob``, which a small scenario reads (see ``twoenvs``).
+
+The reference is blessed from a run in environment ``a`` (the CLI itself running there). The
+comparisons run the CLI as a subprocess (real workers under each venv's interpreter, real
+outputs), and verdicts, the environment difference and each side's report are asserted from
+the files written.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scratchrepo import REPO
+from twoenvs import CASE_NAME, git, make_project, make_venv
+
+from harness.model import Comparison
+from harness.report.schema import validate_comparison
+
+pytestmark = pytest.mark.slow
+
+RUNNER = str(REPO / "runners" / "cpu.toml")
+
+
+def cli(python: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [python, "-m", "harness.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Three venvs (knob 1.0; 2.0 with another gain and a slower render; 1.1 changing
+    nothing), the scenario's repository, and its reference blessed from a run in ``a``."""
+    root = tmp_path_factory.mktemp("two-envs")
+    lab: dict[str, Any] = make_project(root)
+    lab["a"] = make_venv(root / "a", version="1.0", gain=1.0)
+    lab["b"] = make_venv(root / "b", version="2.0", gain=1.5, delay_s=0.3)
+    lab["c"] = make_venv(root / "c", version="1.1", gain=1.0)
+    lab["refs"].mkdir()
+    py_a = str(lab["a"] / "bin" / "python")
+    run = cli(
+        py_a,
+        "run",
+        "cases",
+        "--code-root",
+        str(lab["repo"] / "scen"),
+        "--references",
+        str(lab["refs"]),
+        "--runner",
+        RUNNER,
+        "--out",
+        str(lab["runs"]),
+        "--run-id",
+        "bless-a",
+        cwd=lab["work"],
+    )
+    assert (lab["runs"] / "bless-a" / "report.json").is_file(), run.stderr[-3000:]
+    bless = cli(
+        py_a,
+        "refs",
+        "bless",
+        "--run",
+        str(lab["runs"] / "bless-a"),
+        "--case",
+        "knob-render",
+        "--reason",
+        "knob 1.0 (environment a)",
+        "--references",
+        str(lab["refs"]),
+        cwd=lab["work"],
+    )
+    assert bless.returncode == 0, bless.stderr[-3000:]
+    return lab
+
+
+def compare(
+    lab: dict[str, Any], base: str, head: str, cid: str, *extra: str
+) -> tuple[int, dict[str, Any], str]:
+    proc = cli(
+        sys.executable,
+        "compare",
+        "--base-env",
+        base,
+        "--head-env",
+        head,
+        "cases",
+        "--repo",
+        str(lab["repo"]),
+        "--code-root",
+        "scen",
+        "--references",
+        str(lab["refs"]),
+        "--runner",
+        RUNNER,
+        "--noise-dir",
+        str(lab["runs"] / "noise"),
+        "--out",
+        str(lab["runs"]),
+        "--id",
+        cid,
+        *extra,
+        cwd=lab["work"],
+    )
+    path = lab["runs"] / cid / "comparison.json"
+    assert path.is_file(), proc.stderr[-4000:]
+    doc = json.loads(path.read_text())
+    validate_comparison(doc)
+    assert Comparison.from_json(doc).to_json() == doc
+    return proc.returncode, doc, proc.stderr
+
+
+def side_report(lab: dict[str, Any], cid: str, side: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((lab["runs"] / cid / side / "report.json").read_text())
+    return doc
+
+
+def only_case(doc: dict[str, Any]) -> dict[str, Any]:
+    (c,) = doc["cases"]
+    assert f"{c['kind']}/{c['id']}[{c['platform']}]" == CASE_NAME
+    return c
+
+
+def test_a_release_that_changes_the_output_and_the_time_is_a_regression_naming_the_package(
+    lab: dict[str, Any],
+) -> None:
+    code, doc, err = compare(lab, str(lab["a"]), str(lab["b"]), "a-vs-b")
+    assert doc["env_diff"] == {
+        "python": None,
+        "added": {},
+        "removed": {},
+        "changed": {"tinyav-knob": {"base": "1.0", "head": "2.0"}},
+        "reason": None,
+    }
+    # differing packages are the point here: same machine, nothing refused as not comparable
+    assert doc["same_runner"] is True and doc["allowed_different_env"] is True
+    c = only_case(doc)
+    psnr = next(q for q in c["quality"] if q["metric"] == "psnr")
+    assert psnr["verdict"] == "regression", psnr
+    # base is the blessed output itself (infinite PSNR); head's differs, within the threshold
+    assert psnr["base_vs_ref"] == "inf" and 30 < psnr["head_vs_ref"] < 60
+    assert psnr["identical"] is False
+    assert c["divergence"]["kind"] == "stage" and c["divergence"]["first"] == "render.image"
+    render = next(s for s in c["latency"] if s["stage"] == "render")
+    assert render["verdict"] == "regression" and render["confirmation"] == "regression"
+    assert render["ratio"] > 10
+    assert c["failures"]["verdict"] == "no_change"  # the absolute threshold still passes
+    assert c["verdict"] == "regression" and code == 1, err[-2000:]
+    for side, venv, version in (("base", lab["a"], "1.0"), ("head", lab["b"], "2.0")):
+        rep = side_report(lab, "a-vs-b", side)
+        python = str(venv / "bin" / "python")
+        assert rep["env"]["python"]["executable"] == python
+        assert rep["env"]["packages"]["tinyav-knob"] == version
+        assert "numpy" in rep["env"]["packages"]  # the test env's packages, seen through the venv
+        # the worker really imported that environment's knob
+        measured = [a for a in rep["cases"][0]["attempts"] if not a["warmup"]]
+        assert {a["notes"]["knob.version"] for a in measured} == {version}
+        assert doc[side]["env"] == str(venv) and doc[side]["python"] == python
+    summary = (lab["runs"] / "a-vs-b" / "summary.md").read_text()
+    assert f"environment `{lab['b']}` vs `{lab['a']}` (working tree)" in summary
+    assert "#### Environment difference" in summary and "| `tinyav-knob` | 1.0 | 2.0 |" in summary
+
+
+def test_b_release_that_changes_nothing_is_no_change_for_the_checked_out_revision(
+    lab: dict[str, Any],
+) -> None:
+    # an interpreter path works as well as a venv folder; --rev checks v1 out once for both
+    code, doc, err = compare(
+        lab, str(lab["a"] / "bin" / "python"), str(lab["c"]), "a-vs-c", "--rev", "v1"
+    )
+    assert doc["env_diff"]["changed"] == {"tinyav-knob": {"base": "1.0", "head": "1.1"}}
+    c = only_case(doc)
+    assert c["verdict"] in ("no_change", "inconclusive"), c
+    assert c["quality_verdict"] == "no_change" and c["divergence"]["kind"] == "none"
+    assert all(q["identical"] is True for q in c["quality"])
+    assert code == 0, err[-2000:]
+    sha = git(lab["repo"], "rev-parse", "v1")
+    assert doc["base"]["rev"] == doc["head"]["rev"] == "v1"
+    assert doc["base"]["sha"] == doc["head"]["sha"] == sha
+    # one checkout: both sides imported the very same scenario file
+    assert doc["base"]["code_files"] == doc["head"]["code_files"]
+    base, head = side_report(lab, "a-vs-c", "base"), side_report(lab, "a-vs-c", "head")
+    assert base["env"]["code_roots"] == head["env"]["code_roots"]
+    assert base["env"]["rev"] == head["env"]["rev"] == sha
+    assert base["env"]["packages"]["tinyav-knob"] == "1.0"
+    assert head["env"]["packages"]["tinyav-knob"] == "1.1"
