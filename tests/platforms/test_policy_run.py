@@ -159,7 +159,7 @@ def test_a_warning_is_visible_in_summary_md_and_junit(default_run: tuple[RunRepo
     summary = (run_dir / "summary.md").read_text()
     # the case needs attention: a warning row, with the check and the rule that made it one
     line = next(x for x in summary.splitlines() if "`quant/slow[hip]`" in x and "⚠️" in x)
-    assert "passed, warning" in line and "`budget(work)`" in line
+    assert "passed (simulated), warning" in line and "`budget(work)`" in line
     assert "(warn: platform hip default)" in line
     junit = (run_dir / "junit.xml").read_text()
     assert "warning: budget(work): latency.work" in junit
