@@ -120,3 +120,16 @@ def test_requires_skips_with_the_missing_names_and_runs_what_is_there(tmp_path: 
     assert attempt["status"] == "skipped" and "ran" not in attempt["notes"]
     junit = (tmp_path / "runs" / "r" / "junit.xml").read_text()
     assert "<skipped" in junit and "no_such_module_d1f" in junit
+
+
+def test_each_side_resolves_a_case_code_root_in_its_own_checkout(tmp_path: Path) -> None:
+    from harness.execution.executor import SideSpec
+
+    path = write_case(tmp_path / "a.toml", 'code_root = "targets/x"')
+    (case,) = load_file(path)
+    base = SideSpec("base", cwd=str(tmp_path / "here"), repo=str(tmp_path / "wt-base"))
+    head = SideSpec("head", cwd=str(tmp_path / "here"))
+    assert base.case_root(case) == (tmp_path / "wt-base" / "targets" / "x").resolve()
+    assert head.case_root(case) == (tmp_path / "here" / "targets" / "x").resolve()
+    (plain,) = load_file(write_case(tmp_path / "b.toml", ""))
+    assert base.case_root(plain) is None

@@ -165,8 +165,10 @@ def build_ltx2(seed: int, *, shift: float = 1.0) -> Any:
         ),
     )
 
-    def video_vae() -> Any:
-        vae = AutoencoderKLLTX2Video(
+    vae = seeded(
+        seed,
+        "vae",
+        lambda: AutoencoderKLLTX2Video(
             in_channels=3,
             out_channels=3,
             latent_channels=4,
@@ -185,13 +187,9 @@ def build_ltx2(seed: int, *, shift: float = 1.0) -> Any:
             patch_size_t=1,
             encoder_causal=True,
             decoder_causal=False,
-        )
-        vae.use_framewise_encoding = False
-        vae.use_framewise_decoding = False
-        return vae
-
-    vae = seeded(seed, "vae", video_vae)
-    audio_vae = seeded(
+        ),
+    )
+    audio_vae: Any = seeded(
         seed,
         "audio_vae",
         lambda: AutoencoderKLLTX2Audio(
