@@ -385,6 +385,7 @@ def side_spec(
         python=python,
         cwd=str(Path.cwd()),
         rev=rev,
+        repo=str(checkout),  # where a case's own code_root resolves
     )
 
 
