@@ -198,3 +198,25 @@ def test_two_processes_build_identical_weights_and_seeds_differ() -> None:
     # No two tensors alike: a swap of any two same-shaped tensors would show.
     values = [_bits(v).numpy().tobytes() for v in build_wan(TINY_WAN, 5).state_dict().values()]
     assert len(set(values)) == len(values), json.dumps(len(values))
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "blocks.1.cross_attn.v.weight",
+        "blocks.0.self_attn.qkv.bias",
+        "blocks.1.modulation",
+        "blocks.0.norm3.bias",
+        "head.modulation",
+        "time_projection.1.bias",
+    ],
+)
+def test_a_missing_tensor_is_named_by_its_comfyui_key(
+    key: str, source: torch.nn.Module, tmp_path: Path
+) -> None:
+    sd = comfy_state_dict(source)
+    del sd[PREFIX + key]
+    path = write_checkpoint(tmp_path / "gap.safetensors", sd)
+    with pytest.raises(loader.MissingKeyError) as info:
+        loader.load_transformer(path, attention_head_dim=16)
+    assert info.value.key == PREFIX + key, str(info.value)

@@ -125,10 +125,11 @@ def read_header(path: str | os.PathLike[str]) -> dict[str, Entry]:
             if len(head) < 8:
                 raise CorruptHeaderError(p, f"truncated: {size} bytes, no 8-byte header length")
             (n,) = struct.unpack("<Q", head)
-            if n > size - 8 or n > MAX_HEADER_BYTES:
-                raise CorruptHeaderError(
-                    p, f"truncated header: it declares {n} bytes, the file holds {size - 8}"
-                )
+            if n > size - 8:
+                msg = f"truncated header: it declares {n} bytes, the file holds {size - 8}"
+                raise CorruptHeaderError(p, msg)
+            if n > MAX_HEADER_BYTES:
+                raise CorruptHeaderError(p, f"header of {n} bytes exceeds {MAX_HEADER_BYTES}")
             raw = f.read(n)
     except OSError as e:
         raise CheckpointError(p, f"cannot read: {e}") from e
