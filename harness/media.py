@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -38,6 +39,7 @@ __all__ = [
     "read_png",
     "read_wav",
     "select_frames",
+    "write_mp4",
     "write_png",
     "write_wav",
 ]
@@ -335,3 +337,82 @@ def write_wav(path: str | os.PathLike[str], pcm: np.ndarray, sample_rate: int) -
 def read_wav(path: str | os.PathLike[str]) -> AudioData:
     """Read a WAV (any PCM or float format FFmpeg reads) as float32 ``[channels, samples]``."""
     return decode_audio(path)
+
+
+#: libx264 settings of :func:`write_mp4`: one thread, fixed preset and CRF, no B-frames, so the
+#: same frames give the same bytes on every run.
+MP4_VIDEO_OPTIONS = {"crf": "20", "preset": "veryfast", "threads": "1", "bframes": "0"}
+_AAC_FRAME = 1024
+
+
+def write_mp4(
+    path: str | os.PathLike[str],
+    frames: np.ndarray,
+    pcm: np.ndarray | None = None,
+    *,
+    fps: int,
+    sample_rate: int = 16_000,
+) -> Path:
+    """Encode uint8 RGB ``frames [T, H, W, 3]`` as H.264 and optional float ``pcm``
+    (``[samples]`` or ``[1 or 2 channels, samples]``) as AAC into one MP4, deterministically.
+
+    The file appears under its name only when complete (written beside it, then replaced), so a
+    failed encode never leaves a truncated MP4 behind. Odd frame sizes, non-finite samples and a
+    wrong dtype are a :class:`MediaError` naming the file, before anything is written.
+    """
+    out = Path(path)
+    if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3 or not len(frames):
+        raise MediaError(
+            f"{out}: cannot encode video: frames must be uint8 [T>0, H, W, 3], got "
+            f"{frames.dtype} {list(frames.shape)}"
+        )
+    if frames.shape[1] % 2 or frames.shape[2] % 2:
+        raise MediaError(
+            f"{out}: cannot encode video: {frames.shape[2]}x{frames.shape[1]} is not even "
+            "(yuv420p needs even sizes)"
+        )
+    audio = None
+    if pcm is not None:
+        audio = np.asarray(pcm, dtype=np.float32)
+        audio = audio[None, :] if audio.ndim == 1 else audio
+        if audio.ndim != 2 or audio.shape[0] not in (1, 2) or not audio.shape[1]:
+            raise MediaError(
+                f"{out}: cannot encode audio: pcm shape {list(np.shape(pcm))}, expected "
+                "[samples] or [1 or 2 channels, samples > 0]"
+            )
+        bad = int(audio.size - np.isfinite(audio).sum())
+        if bad:
+            raise MediaError(f"{out}: cannot encode audio: {bad} non-finite samples")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.stem}.partial-{os.getpid()}.mp4")
+    try:
+        with _ffmpeg_errors(), av.open(str(tmp), "w", format="mp4") as container:
+            vs: Any = container.add_stream("libx264", rate=fps, options=dict(MP4_VIDEO_OPTIONS))
+            vs.width, vs.height = int(frames.shape[2]), int(frames.shape[1])
+            vs.pix_fmt = "yuv420p"
+            vs.codec_context.thread_count = 1
+            vs.codec_context.time_base = Fraction(1, fps)
+            layout = "mono" if audio is None or audio.shape[0] == 1 else "stereo"
+            aus: Any = None
+            if audio is not None:  # every stream exists before the first packet is muxed
+                aus = container.add_stream("aac", rate=sample_rate, layout=layout)
+                aus.codec_context.thread_count = 1
+            for i, frame in enumerate(frames):
+                vf = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
+                vf.pts = i
+                container.mux(vs.encode(vf))
+            container.mux(vs.encode(None))
+            if aus is not None and audio is not None:
+                for start in range(0, audio.shape[1], _AAC_FRAME):
+                    chunk = np.ascontiguousarray(audio[:, start : start + _AAC_FRAME])
+                    af = av.AudioFrame.from_ndarray(chunk, format="fltp", layout=layout)
+                    af.sample_rate = sample_rate
+                    af.pts = start
+                    container.mux(aus.encode(af))
+                container.mux(aus.encode(None))
+        os.replace(tmp, out)
+    except Exception as exc:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise MediaError(f"{out}: cannot encode MP4: {_cause(exc)}") from exc
+    return out

@@ -87,6 +87,8 @@ _CASE_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "budget": ((dict,), "table of stage = seconds"),
     "description": ((str,), "string"),
     "tags": ((list,), "list of strings"),
+    "code_root": ((str,), "string (a folder relative to the repository root)"),
+    "requires": ((list,), "list of module names"),
 }
 _CHECK_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "metric": ((str,), "string"),
@@ -185,6 +187,27 @@ def _target_ok(target: str) -> bool:
     """``module.path:function``: the worker imports the module and takes the attribute."""
     module, colon, function = target.partition(":")
     return bool(colon) and all(map(_is_name, module.split("."))) and _is_name(function)
+
+
+def _code_root(ctx: _Ctx, value: str) -> str:
+    """A relative folder inside the repository: no absolute path, no '..', no backslash."""
+    parts = value.removesuffix("/").split("/")
+    if not value or value.startswith("/") or "\\" in value or ".." in parts or "" in parts:
+        raise ctx.fail(
+            "code_root",
+            value,
+            "a folder relative to the repository root, with '/' separators and no '..' "
+            '(e.g. "targets/diffusers_scenarios")',
+        )
+    return "/".join(p for p in parts if p != ".") or "."
+
+
+def _requires(ctx: _Ctx, value: list[Any]) -> tuple[str, ...]:
+    names = _str_list(ctx, "requires", value)
+    bad = [n for n in names if not all(map(_is_name, n.split(".")))]
+    if bad:
+        raise ctx.fail("requires", value, f"importable module names (dotted); not names: {bad}")
+    return names
 
 
 def _metric(ctx: _Ctx, metric: str) -> None:
@@ -342,6 +365,8 @@ def parse_case(path: Path, raw: Any, where: str) -> Case:
         budget={k: float(v) for k, v in budget.items()},
         description=raw.get("description", ""),
         tags=_str_list(ctx, "tags", raw["tags"]) if "tags" in raw else (),
+        code_root=_code_root(ctx, raw["code_root"]) if "code_root" in raw else None,
+        requires=_requires(ctx, raw["requires"]) if "requires" in raw else (),
     )
 
 

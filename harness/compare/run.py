@@ -228,6 +228,7 @@ def compare_revisions(
                 python=python,
                 cwd=str(Path.cwd()),
                 rev=shas[side],
+                repo=str(d),
             )
             for side, d in dirs.items()
         }

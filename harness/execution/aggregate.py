@@ -120,6 +120,10 @@ def aggregate(
     attempts = tuple(attempts)
     case = item.case
     finals = final_attempts(attempts)
+    if finals and all(a.status == "skipped" for a in finals):
+        # The worker declined to run it (a module of `requires` is missing there): say why.
+        why = next((a.error.message for a in finals if a.error is not None), "skipped")
+        return skipped(item, why, attempts, side=side)
     all_passed = bool(finals) and all(a.status == "passed" for a in finals)
     if any(a.status == "budget_declined" for a in attempts):
         status: Status = worst(finals)

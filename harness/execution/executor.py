@@ -29,7 +29,7 @@ from harness.execution.pool import (
 )
 from harness.execution.retry import OOM_EVIDENCE, oom_kill_count
 from harness.fsio import slug
-from harness.model import Attempt, ErrorInfo, Side
+from harness.model import Attempt, Case, ErrorInfo, Side
 from harness.platforms.profile import Profile
 from harness.references.store import platform_chain
 from harness.worker import protocol as p
@@ -44,6 +44,13 @@ class SideSpec:
     python: str = sys.executable
     cwd: str | None = None
     rev: str | None = None  # the revision this side's code roots hold, when known
+    repo: str | None = None  # the checkout a case's `code_root` is relative to (default: cwd)
+
+    def case_root(self, case: Case) -> Path | None:
+        """The case's own code root, resolved in this side's checkout (None when it has none)."""
+        if case.code_root is None:
+            return None
+        return (Path(self.repo or self.cwd or ".") / case.code_root).resolve()
 
 
 def _now() -> str:
@@ -78,8 +85,12 @@ class Executor:
 
     # -- workers -------------------------------------------------------------------------------
 
-    def spec(self, side: Side, platform: str) -> WorkerSpec:
+    def spec(self, side: Side, platform: str, case: Case | None = None) -> WorkerSpec:
+        """How the worker for this side and platform starts; a case with a ``code_root`` gets
+        a worker whose import path has that folder first (and so a worker of its own)."""
         s = self.sides[side]
+        root = s.case_root(case) if case is not None else None
+        code_roots = s.code_roots if root is None else (str(root), *s.code_roots)
         kw: dict[str, Any] = {}
         if self.preimport is not None:
             kw["preimport"] = self.preimport
@@ -93,7 +104,7 @@ class Executor:
             )
         return WorkerSpec(
             platform=platform,
-            code_roots=s.code_roots,
+            code_roots=code_roots,
             python=s.python,
             cwd=s.cwd,
             side=side,
@@ -184,7 +195,17 @@ class Executor:
             side=side,
             round=round,
         )
-        spec = self.spec(side, item.platform)
+        root = self.sides[side].case_root(case)
+        if root is not None and not root.is_dir():
+            return replace(
+                base,
+                error=ErrorInfo.make(
+                    "CodeRootMissing",
+                    f"case '{case.id}' ({case.source}): code_root '{case.code_root}' is not a "
+                    f"folder ({root} does not exist in this side's checkout)",
+                ),
+            )
+        spec = self.spec(side, item.platform, case)
         t0 = time.perf_counter()
         oom_before = oom_kill_count()
         handle: WorkerHandle | None = None

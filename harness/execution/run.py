@@ -184,8 +184,8 @@ class Runner:
             for unit in schedule.units(item):
                 final = self.run_unit(unit, attempts)
                 schedule.feedback(unit, final)
-                if self.stop_requested:
-                    break
+                if self.stop_requested or final.status == "skipped":
+                    break  # a skipped attempt (a missing requirement) skips the whole case
             prof = self.options.profile
             return self._keep(
                 aggregate(

@@ -58,6 +58,12 @@ class Case:
     budget: Mapping[str, float] = field(default_factory=dict)
     description: str = ""
     tags: tuple[str, ...] = ()
+    # A folder of the repository (relative to its root) put on the worker's import path for
+    # this case, ahead of the run's code roots: the case's own scenario package.
+    code_root: str | None = None
+    # Modules the case needs; where the worker's Python cannot find one, the case is skipped
+    # with that reason (never passed, never left out of the report).
+    requires: tuple[str, ...] = ()
 
     def display(self, platform: str) -> str:
         """``<kind>/<id>[<platform>]``, the name used by pytest items and reports."""
@@ -92,4 +98,5 @@ def case_from_json(d: Mapping[str, Any]) -> Case:
     kw["platforms"] = d["platforms"] if d["platforms"] == "any" else tuple(d["platforms"])
     kw["frames"] = tuple(d["frames"]) if isinstance(d.get("frames"), list) else d["frames"]
     kw["tags"] = tuple(d.get("tags", ()))
+    kw["requires"] = tuple(d.get("requires", ()))
     return Case(**kw)

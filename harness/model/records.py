@@ -360,7 +360,8 @@ def exit_code(report: RunReport) -> int:
         return 3
     if statuses & (FAILING | {"budget_declined"}):
         return 1
-    if not any(c.attempts for c in report.cases):
+    # Nothing ran: no attempt, or only the attempts of cases a worker skipped (`requires`).
+    if not any(c.attempts for c in report.cases if c.status != "skipped"):
         return 5
     if "flaky" in statuses:
         return 7

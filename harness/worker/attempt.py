@@ -160,9 +160,54 @@ def _base_message(exc: BaseException) -> str:
     return f"the target raised {type(exc).__name__}{detail}"
 
 
+def missing_requirements(case: Case) -> list[str]:
+    """The modules of ``case.requires`` this interpreter cannot find (nothing is imported)."""
+    missing = []
+    for name in case.requires:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a dotted name whose parent package is missing
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
+def _skipped(job: AttemptJob, missing: list[str]) -> Attempt:
+    names = ", ".join(repr(m) for m in missing)
+    reason = (
+        f"requires {names}, which the worker's Python ({sys.executable}) cannot import; "
+        f"install it to run this case (case file: {job.case.source})"
+    )
+    return Attempt(
+        case_id=job.case.id,
+        platform=job.platform,
+        index=job.index,
+        status="skipped",
+        seed=job.seed,
+        warmup=job.warmup,
+        retry=job.retry,
+        repeat=job.repeat,
+        notes={"harness.skipped": reason},
+        error=ErrorInfo.make("MissingRequirement", reason),
+        worker_pid=os.getpid(),
+        started_at=dt.datetime.now(dt.UTC).isoformat(),
+        fresh_process=job.case.fresh_process,
+        side=job.side,  # type: ignore[arg-type]
+        round=job.round,
+    )
+
+
 def run_attempt(job: AttemptJob) -> Attempt:
-    """Execute one attempt described by ``job`` and record it, whatever the target does."""
+    """Execute one attempt described by ``job`` and record it, whatever the target does.
+
+    A case whose ``requires`` names a module this interpreter cannot find is not run: the
+    attempt is ``skipped`` with the missing names and the interpreter.
+    """
     case = job.case
+    missing = missing_requirements(case)
+    if missing:
+        return _skipped(job, missing)
     seed, platform = job.seed, job.platform
     output_dir = Path(job.output_dir) if job.output_dir else None
     started = dt.datetime.now(dt.UTC).isoformat()

@@ -5,6 +5,7 @@ is caught by those references."""
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -85,8 +86,16 @@ def test_whole_suite_passes_on_cpu_and_never_writes_references(tmp_path: Path) -
     cases = doc["cases"]
     assert len(cases) >= 40
     assert {c["kind"] for c in cases} == {"loader", "quant", "import", "pipeline"}
-    assert all(c["status"] == "passed" for c in cases)
-    pipeline = [c for c in cases if c["kind"] == "pipeline"]
+    # Every case passes; the diffusers cases are skipped (with why) only where diffusers is not
+    # installed, as on a machine installed without the extra.
+    without = importlib.util.find_spec("diffusers") is None
+    for c in cases:
+        skip_ok = without and c["status"] == "skipped" and "requires 'diffusers'" in c["reason"]
+        assert c["status"] == "passed" or skip_ok, (c["id"], c["status"], c["reason"])
+    # tinyav's pipeline cases (cases/diffusers/ has its own tests, in tests/diffusers/)
+    pipeline = [
+        c for c in cases if c["kind"] == "pipeline" and Path(c["source"]).parent.name == "pipeline"
+    ]
     assert len(pipeline) == 8
     for case in pipeline:
         checks = {k["name"]: k for k in case["checks"]}

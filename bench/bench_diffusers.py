@@ -1,0 +1,185 @@
+"""What the harness adds, per attempt, to the plain diffusers pipeline call (same process).
+
+For each case of ``cases/diffusers/pipeline.toml`` (tiny LTX-2 and Wan, 32x32, 9 frames,
+2 steps, one thread), alternating A B B A for ``--rounds`` rounds after one warm-up of each:
+
+- **plain**: what the scenario does with the harness taken away: build the pipeline from
+  configs, draw the noise, one ``pipe(...)`` call with no hooks and no callback, the MP4
+  export; the ``pipe(...)`` call is also timed on its own;
+- **harness**: one whole attempt as a worker runs it (``harness.worker.attempt.run_attempt``):
+  seeding, the scenario with its hooks, step callback, fingerprints and recorded inputs,
+  the outputs hashed, checked for NaN/Inf and written (safetensors, the MP4 copied), then
+  every check of the case against the committed references (SSIM/PSNR/MAE on every frame,
+  audio SNR/LSD/lag, notes).
+
+Overhead = median(harness) - median(plain), reported as a share of the plain pipeline call
+(the issue's bar: at most 10 %) and of the plain attempt. The worker's per-attempt protocol
+and isolation cost (about 3 ms, ``bench/bench_runner.py``) is not in either side.
+
+    python bench/bench_diffusers.py [--rounds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "targets" / "diffusers_scenarios"), str(REPO)]
+os.environ.setdefault("HARNESS_THREADS", "1")
+
+import torch  # noqa: E402
+from diffusers_scenarios import components, scenarios  # noqa: E402
+
+from harness.cases.load import load_file  # noqa: E402
+from harness.media import write_mp4  # noqa: E402
+from harness.model import Case  # noqa: E402
+from harness.worker.attempt import run_attempt  # noqa: E402
+from harness.worker.protocol import AttemptJob  # noqa: E402
+
+
+def plain_ltx2(params: dict[str, Any], seed: int, out: Path) -> float:
+    """The LTX-2 scenario without the harness; returns the seconds of the pipe(...) call."""
+    pipe = components.build_ltx2(seed, shift=params["shift"])
+    n, h, w = params["num_frames"], params["height"], params["width"]
+    t_r, s_r = pipe.vae_temporal_compression_ratio, pipe.vae_spatial_compression_ratio
+    per_s = (
+        pipe.audio_sampling_rate / pipe.audio_hop_length / pipe.audio_vae_temporal_compression_ratio
+    )
+    gen = torch.Generator().manual_seed(components.component_seed(seed, "latents.video.init"))
+    latents = torch.randn(1, 4, (n - 1) // t_r + 1, h // s_r, w // s_r, generator=gen)
+    gen = torch.Generator().manual_seed(components.component_seed(seed, "latents.audio.init"))
+    audio = torch.randn(1, 2, round(n / params["frame_rate"] * per_s), 2, generator=gen)
+    kwargs = scenarios.ltx2_kwargs(
+        prompt="a robot dancing in the rain",
+        negative_prompt="",
+        height=h,
+        width=w,
+        num_frames=n,
+        frame_rate=params["frame_rate"],
+        steps=params["steps"],
+        guidance_scale=1.0,
+        latents=latents,
+        audio_latents=audio,
+    )
+    t0 = time.perf_counter()
+    result = pipe(**kwargs)
+    call = time.perf_counter() - t0
+    frames = scenarios._frames_u8(result.frames)
+    pcm = result.audio[0].float().numpy()
+    write_mp4(out / "plain.mp4", frames, pcm, fps=params["frame_rate"], sample_rate=16_000)
+    return call
+
+
+def plain_wan(params: dict[str, Any], seed: int, out: Path) -> float:
+    """The Wan scenario without the harness; returns the seconds of the pipe(...) call."""
+    pipe = components.build_wan(seed, shift=params["shift"])
+    n, h, w = params["num_frames"], params["height"], params["width"]
+    t_r, s_r = pipe.vae_scale_factor_temporal, pipe.vae_scale_factor_spatial
+    gen = torch.Generator().manual_seed(components.component_seed(seed, "latents.video.init"))
+    latents = torch.randn(1, 16, (n - 1) // t_r + 1, h // s_r, w // s_r, generator=gen)
+    kwargs = scenarios.wan_kwargs(
+        prompt="a cat sitting on window sill sunny morning",
+        negative_prompt="rain",
+        height=h,
+        width=w,
+        num_frames=n,
+        steps=params["steps"],
+        guidance_scale=params["guidance_scale"],
+        latents=latents,
+    )
+    t0 = time.perf_counter()
+    result = pipe(**kwargs)
+    call = time.perf_counter() - t0
+    write_mp4(out / "plain.mp4", scenarios._frames_u8(result.frames), fps=params["fps"])
+    return call
+
+
+PLAIN: dict[str, Callable[[dict[str, Any], int, Path], float]] = {
+    "diffusers_scenarios.scenarios:ltx2_t2va": plain_ltx2,
+    "diffusers_scenarios.scenarios:wan_t2v": plain_wan,
+}
+
+
+def harness_attempt(case: Case, out: Path, index: int) -> tuple[float, str]:
+    job = AttemptJob(
+        case=case,
+        platform="cpu",
+        platform_chain=("cpu", "any"),
+        index=index,
+        seed=case.seed,
+        output_dir=str(out / f"a{index}"),
+        references_root=str(REPO / "references"),
+    )
+    t0 = time.perf_counter()
+    attempt = run_attempt(job)
+    return time.perf_counter() - t0, attempt.status
+
+
+def bench(case: Case, rounds: int, out: Path) -> None:
+    plain = PLAIN[str(case.target)]
+    params = dict(case.params)
+    plain_total: list[float] = []
+    plain_call: list[float] = []
+    attempts: list[float] = []
+
+    def run_plain() -> None:
+        t0 = time.perf_counter()
+        plain_call.append(plain(params, case.seed, out))
+        plain_total.append(time.perf_counter() - t0)
+
+    def run_harness(i: int) -> None:
+        secs, status = harness_attempt(case, out, i)
+        if status != "passed":
+            raise SystemExit(f"{case.id}: attempt {i} {status}; see {out}")
+        attempts.append(secs)
+
+    run_plain()  # warm-up: imports, allocator, first build
+    run_harness(0)
+    for series in (plain_total, plain_call, attempts):
+        series.clear()
+    for r in range(rounds):  # A B, B A, ...
+        if r % 2 == 0:
+            run_plain()
+            run_harness(r + 1)
+        else:
+            run_harness(r + 1)
+            run_plain()
+    p_call, p_total = statistics.median(plain_call), statistics.median(plain_total)
+    h_total = statistics.median(attempts)
+    overhead = h_total - p_total
+    print(
+        f"{case.id}: {rounds} rounds; medians: pipe(...) call {p_call * 1000:.1f} ms, plain "
+        f"attempt (build + call + MP4) {p_total * 1000:.1f} ms, harness attempt "
+        f"{h_total * 1000:.1f} ms"
+    )
+    print(
+        f"  harness overhead {overhead * 1000:+.1f} ms per attempt = "
+        f"{overhead / p_call * 100:+.1f} % of the plain pipeline call "
+        f"({overhead / p_total * 100:+.1f} % of the plain attempt); bar: <= 10 % -> "
+        + ("met" if overhead <= 0.10 * p_call else "NOT met")
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rounds", type=int, default=10)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    cases = load_file(REPO / "cases" / "diffusers" / "pipeline.toml")
+    with tempfile.TemporaryDirectory(prefix="bench-diffusers-") as tmp:
+        for case in cases:
+            bench(case, args.rounds, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()

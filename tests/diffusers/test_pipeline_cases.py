@@ -1,0 +1,74 @@
+"""The diffusers pipeline cases against their blessed references: the cases as committed pass,
+and the same cases with the scheduler's shift changed fail their quality checks (one run,
+real workers, the committed references read-only)."""
+
+from __future__ import annotations
+
+import hashlib
+import tomllib
+from pathlib import Path
+
+import pytest
+from conftest import REPO, by_id, harness, report
+
+pytest.importorskip("diffusers", reason="the diffusers extra is not installed")
+pytestmark = pytest.mark.slow
+
+CASES = REPO / "cases" / "diffusers" / "pipeline.toml"
+# (case id, committed shift, changed shift): shifts a config edit could plausibly introduce
+SHIFTED = {"diffusers-ltx2-t2va": (1.0, 2.0), "diffusers-wan-t2v": (3.0, 6.0)}
+
+
+def shifted_copy(dest: Path) -> Path:
+    """The committed case file with every case twice: as is, and as ``<id>-shifted`` with the
+    scheduler's shift changed (same reference, same checks)."""
+    text = CASES.read_text()
+    blocks = text.split("[[case]]")
+    out = [text]
+    for block in blocks[1:]:
+        case_id = tomllib.loads(block)["id"]
+        old, new = SHIFTED[case_id]
+        changed = block.replace(f'id = "{case_id}"', f'id = "{case_id}-shifted"')
+        assert f"shift = {old}" in changed, case_id
+        out.append("[[case]]" + changed.replace(f"shift = {old}", f"shift = {new}"))
+    dest.write_text("\n".join(out))
+    return dest
+
+
+def store_digest() -> str:
+    h = hashlib.sha256()
+    for p in sorted((REPO / "references").rglob("*")):
+        if p.is_file():
+            h.update(str(p).encode() + p.read_bytes())
+    return h.hexdigest()
+
+
+def test_committed_cases_pass_and_a_changed_shift_fails_the_quality_checks(
+    tmp_path: Path,
+) -> None:
+    before = store_digest()
+    cases = shifted_copy(tmp_path / "pipeline.toml")
+    proc = harness("run", str(cases), "--out", str(tmp_path), "--run-id", "r", "-q")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert store_digest() == before  # a run never writes references
+    got = by_id(report(tmp_path / "r"))
+    for case_id in SHIFTED:
+        ok, bad = got[case_id], got[f"{case_id}-shifted"]
+        assert ok["status"] == "passed", ok["reason"]
+        checks = {c["name"]: c for c in ok["checks"]}
+        assert checks["identical_outputs"]["passed"] is True
+        assert checks["psnr(video)"]["value"] == "inf"  # bit-identical to the reference
+        assert bad["status"] == "failed", bad["reason"]
+        failed = {c["name"] for c in bad["checks"] if c["passed"] is False}
+        assert {"ssim(video)", "psnr(video)", "mae(video)"} <= failed, failed
+        if "ltx2" in case_id:
+            assert {"audio_snr(audio)", "audio_lsd(audio)"} <= failed, failed
+        # Same noise and prompt, so the inputs agree; the first step's latents already differ.
+        a, b = ok["attempts"][0], bad["attempts"][0]
+        assert a["inputs"] == b["inputs"]
+        assert a["fingerprints"]["text.hidden.0"] == b["fingerprints"]["text.hidden.0"]
+        assert (
+            a["fingerprints"]["denoise.step00"]["hash"]
+            != b["fingerprints"]["denoise.step00"]["hash"]
+        )
+        assert a["notes"]["scheduler.sigmas"] != b["notes"]["scheduler.sigmas"]
