@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -22,19 +23,38 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 CODE_ROOT = REPO / "targets" / "diffusers_scenarios"
-CASE_FILE = REPO / "cases" / "diffusers" / "loader.toml"
+CASE = "cases/diffusers/loader.toml"
+CASE_FILE = REPO / CASE
 
 
-def harness_run(out: Path, *args: str, code_root: Path = CODE_ROOT) -> dict[str, Any]:
-    """`harness run` with the scenario package as code root; returns the exit code and report."""
+def harness_run(out: Path, *args: str, repo: Path = REPO) -> dict[str, Any]:
+    """`harness run` in checkout ``repo`` with its scenario package as code root (a case file
+    that names its own ``code_root`` resolves it in the same checkout); returns the exit code
+    and the report."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
     proc = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "run", *args, "--code-root", str(code_root),
-         "--out", str(out), "--run-id", "r", "-q"],
-        cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
+        [sys.executable, "-m", "harness.cli", "run", *args,
+         "--code-root", "targets/diffusers_scenarios", "--out", str(out), "--run-id", "r", "-q"],
+        cwd=repo, env=env, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     report = out / "r" / "report.json"
     assert report.is_file(), proc.stderr[-3000:]
     return {"rc": proc.returncode, "stderr": proc.stderr, **json.loads(report.read_text())}
+
+
+def scratch_checkout(tmp_path: Path) -> tuple[Path, Path]:
+    """A scratch checkout holding a copy of the scenario package, this case file and the runner
+    profiles; returns it and its copy of the package's directory."""
+    root = tmp_path / "checkout"
+    package = root / "targets" / "diffusers_scenarios"
+    shutil.copytree(CODE_ROOT, package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "runners", root / "runners")
+    (root / "cases" / "diffusers").mkdir(parents=True)
+    shutil.copy(CASE_FILE, root / "cases" / "diffusers" / CASE_FILE.name)
+    return root, package / "diffusers_scenarios"
 
 
 def checks_of(case: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -55,7 +75,7 @@ def test_case_params_bind_to_the_scenarios() -> None:
 
 
 def test_every_loader_case_passes(tmp_path: Path) -> None:
-    doc = harness_run(tmp_path, str(CASE_FILE))
+    doc = harness_run(tmp_path, CASE)
     assert doc["rc"] == 0, doc["stderr"][-3000:]
     cases = {c["id"]: c for c in doc["cases"]}
     assert set(cases) == {c.id for c in load_file(CASE_FILE)}
@@ -66,16 +86,13 @@ def test_every_loader_case_passes(tmp_path: Path) -> None:
 
 
 def test_a_q_k_swap_in_the_conversion_fails_the_exact_case(tmp_path: Path) -> None:
-    scratch = tmp_path / "code"
-    shutil.copytree(CODE_ROOT, scratch, ignore=shutil.ignore_patterns("__pycache__"))
-    module = scratch / "diffusers_scenarios" / "loader.py"
+    checkout, package = scratch_checkout(tmp_path)
+    module = package / "loader.py"
     src = module.read_text()
     needle = 'QKV_ORDER: tuple[str, ...] = ("to_q", "to_k", "to_v")'
     assert needle in src
     module.write_text(src.replace(needle, 'QKV_ORDER: tuple[str, ...] = ("to_k", "to_q", "to_v")'))
-    doc = harness_run(
-        tmp_path / "runs", str(CASE_FILE), "-k", "wan-load-comfy-exact", code_root=scratch
-    )
+    doc = harness_run(tmp_path / "runs", CASE, "-k", "wan-load-comfy-exact", repo=checkout)
     assert doc["rc"] == 1, doc["stderr"][-3000:]
     assert {c["status"] for c in doc["cases"]} == {"failed"}
     for case in doc["cases"]:

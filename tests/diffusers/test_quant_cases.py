@@ -5,6 +5,7 @@ simulated CUDA run plans int_mm and notes that dequant_matmul ran, and a loader 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -21,18 +22,38 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 CODE_ROOT = REPO / "targets" / "diffusers_scenarios"
-CASE_FILE = REPO / "cases" / "diffusers" / "quant.toml"
+CASE = "cases/diffusers/quant.toml"
+CASE_FILE = REPO / CASE
 
 
-def harness_run(out: Path, *args: str, code_root: Path = CODE_ROOT) -> dict[str, Any]:
+def harness_run(out: Path, *args: str, repo: Path = REPO) -> dict[str, Any]:
+    """`harness run` in checkout ``repo`` with its scenario package as code root (a case file
+    that names its own ``code_root`` resolves it in the same checkout); returns the exit code
+    and the report."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
     proc = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "run", str(CASE_FILE), *args,
-         "--code-root", str(code_root), "--out", str(out), "--run-id", "r", "-q"],
-        cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
+        [sys.executable, "-m", "harness.cli", "run", *args,
+         "--code-root", "targets/diffusers_scenarios", "--out", str(out), "--run-id", "r", "-q"],
+        cwd=repo, env=env, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     report = out / "r" / "report.json"
     assert report.is_file(), proc.stderr[-3000:]
     return {"rc": proc.returncode, "stderr": proc.stderr, **json.loads(report.read_text())}
+
+
+def scratch_checkout(tmp_path: Path) -> tuple[Path, Path]:
+    """A scratch checkout holding a copy of the scenario package, this case file and the runner
+    profiles; returns it and its copy of the package's directory."""
+    root = tmp_path / "checkout"
+    package = root / "targets" / "diffusers_scenarios"
+    shutil.copytree(CODE_ROOT, package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "runners", root / "runners")
+    (root / "cases" / "diffusers").mkdir(parents=True)
+    shutil.copy(CASE_FILE, root / "cases" / "diffusers" / CASE_FILE.name)
+    return root, package / "diffusers_scenarios"
 
 
 def by_id(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -44,7 +65,7 @@ def checks_of(case: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_every_quant_case_passes_on_the_cpu(tmp_path: Path) -> None:
-    doc = harness_run(tmp_path)
+    doc = harness_run(tmp_path, CASE)
     assert doc["rc"] == 0, doc["stderr"][-3000:]
     cases = by_id(doc)
     assert set(cases) == {c.id for c in load_file(CASE_FILE)}
@@ -55,7 +76,7 @@ def test_every_quant_case_passes_on_the_cpu(tmp_path: Path) -> None:
 
 
 def test_simulated_cuda_plans_int_mm_and_notes_the_fallback_that_ran(tmp_path: Path) -> None:
-    doc = harness_run(tmp_path, "--platform", "cuda")
+    doc = harness_run(tmp_path, CASE, "--platform", "cuda")
     assert doc["rc"] == 0, doc["stderr"][-3000:]
     cases = by_id(doc)
     case = cases["wan-int8-convrot"]
@@ -70,9 +91,8 @@ def test_simulated_cuda_plans_int_mm_and_notes_the_fallback_that_ran(tmp_path: P
 
 
 def test_a_loader_that_ignores_weight_scale_fails_the_numerics(tmp_path: Path) -> None:
-    scratch = tmp_path / "code"
-    shutil.copytree(CODE_ROOT, scratch, ignore=shutil.ignore_patterns("__pycache__"))
-    module = scratch / "diffusers_scenarios" / "loader.py"
+    checkout, package = scratch_checkout(tmp_path)
+    module = package / "loader.py"
     src = module.read_text()
     # The bug of the seed thread: quantization metadata read, then dropped on the way into the
     # model, whose scales keep their initial 1.0.
@@ -82,7 +102,7 @@ def test_a_loader_that_ignores_weight_scale_fails_the_numerics(tmp_path: Path) -
     src = src.replace(reading, '            if key.endswith(".weight_scale"):\n'
                       "                continue\n" + reading)  # fmt: skip
     module.write_text(src.replace(strict, "    model.load_state_dict(state, strict=False)\n"))
-    doc = harness_run(tmp_path / "runs", "-k", "wan-int8-convrot and not ran", code_root=scratch)
+    doc = harness_run(tmp_path / "runs", CASE, "-k", "wan-int8-convrot and not ran", repo=checkout)
     assert doc["rc"] == 1, doc["stderr"][-3000:]
     case = by_id(doc)["wan-int8-convrot"]
     assert case["status"] == "failed"
