@@ -100,6 +100,9 @@ def load_exact(layers: int = 2, heads: int = 3, head_dim: int = 16, seed: int | 
 
     s = resolve_seed(seed)
     cfg = wan_config(layers, heads, head_dim)
+    # diffusers imports lazily: resolve the class now, the first import (seconds) is no build.
+    from diffusers import WanTransformer3DModel  # noqa: F401
+
     with probe.stage("BuildStage"):
         source = build_wan(cfg, s)
     with workdir() as wd:
