@@ -1,0 +1,110 @@
+"""cases/diffusers/loader.toml end to end through `harness run`: every case passes against the
+real diffusers module, and a q/k swap committed into a scratch copy of the loader is caught by
+the exact-load case's checks (failed, with the numbers), not by luck."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("diffusers", reason="the diffusers scenarios need diffusers installed")
+
+from harness.cases import load_file
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+CODE_ROOT = REPO / "targets" / "diffusers_scenarios"
+CASE = "cases/diffusers/loader.toml"
+CASE_FILE = REPO / CASE
+
+
+def harness_run(out: Path, *args: str, repo: Path = REPO) -> dict[str, Any]:
+    """`harness run` in checkout ``repo`` with its scenario package as code root (a case file
+    that names its own ``code_root`` resolves it in the same checkout); returns the exit code
+    and the report."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "run", *args,
+         "--code-root", "targets/diffusers_scenarios", "--out", str(out), "--run-id", "r", "-q"],
+        cwd=repo, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    report = out / "r" / "report.json"
+    assert report.is_file(), proc.stderr[-3000:]
+    return {"rc": proc.returncode, "stderr": proc.stderr, **json.loads(report.read_text())}
+
+
+def scratch_checkout(tmp_path: Path) -> tuple[Path, Path]:
+    """A scratch checkout holding a copy of the scenario package, this case file and the runner
+    profiles; returns it and its copy of the package's directory."""
+    root = tmp_path / "checkout"
+    package = root / "targets" / "diffusers_scenarios"
+    shutil.copytree(CODE_ROOT, package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "runners", root / "runners")
+    (root / "cases" / "diffusers").mkdir(parents=True)
+    shutil.copy(CASE_FILE, root / "cases" / "diffusers" / CASE_FILE.name)
+    return root, package / "diffusers_scenarios"
+
+
+def checks_of(case: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["metric"]: c for c in case["checks"]}
+
+
+def test_case_params_bind_to_the_scenarios() -> None:
+    sys.path.insert(0, str(CODE_ROOT))
+    try:
+        import importlib
+
+        for case in load_file(CASE_FILE):
+            module, name = (case.target or "").split(":")
+            fn = getattr(importlib.import_module(module), name)
+            inspect.signature(fn).bind(**case.params)
+    finally:
+        sys.path.remove(str(CODE_ROOT))
+
+
+def test_every_loader_case_passes(tmp_path: Path) -> None:
+    doc = harness_run(tmp_path, CASE)
+    assert doc["rc"] == 0, doc["stderr"][-3000:]
+    cases = {c["id"]: c for c in doc["cases"]}
+    assert set(cases) == {c.id for c in load_file(CASE_FILE)}
+    assert all(c["status"] == "passed" for c in cases.values())
+    notes = cases["wan-load-comfy-exact"]["attempts"][0]["notes"]
+    assert notes["loader.max_abs_diff"] == 0.0 and notes["loader.tensors_compared"] == 69
+    assert "checkpoint" in cases["wan-load-comfy-exact"]["attempts"][0]["inputs"]
+
+
+def test_a_q_k_swap_in_the_conversion_fails_the_exact_case(tmp_path: Path) -> None:
+    checkout, package = scratch_checkout(tmp_path)
+    module = package / "loader.py"
+    src = module.read_text()
+    needle = 'QKV_ORDER: tuple[str, ...] = ("to_q", "to_k", "to_v")'
+    assert needle in src
+    module.write_text(src.replace(needle, 'QKV_ORDER: tuple[str, ...] = ("to_k", "to_q", "to_v")'))
+    doc = harness_run(tmp_path / "runs", CASE, "-k", "wan-load-comfy-exact", repo=checkout)
+    assert doc["rc"] == 1, doc["stderr"][-3000:]
+    assert {c["status"] for c in doc["cases"]} == {"failed"}
+    for case in doc["cases"]:
+        checks = checks_of(case)
+        # The swapped q and k weights and biases of every layer differ; nothing else does.
+        layers = case["attempts"][0]["notes"]["loader.num_layers"]
+        assert checks["note.loader.mismatched"]["value"] == 4 * layers
+        assert checks["note.loader.mismatched"]["passed"] is False
+        assert checks["note.loader.max_abs_diff"]["value"] > 0
+        assert checks["note.loader.max_abs_diff"]["passed"] is False
+        assert checks["note.loader.first_mismatch"]["value"] == "blocks.0.attn1.to_k.bias"
+        assert checks["note.loader.forward_max_abs_diff"]["passed"] is False
+        # The config inference is unaffected: the checks say exactly what broke.
+        assert checks["note.loader.num_layers"]["passed"] is True
+        assert checks["note.loader.tensors_compared"]["passed"] is True
