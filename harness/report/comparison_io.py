@@ -15,7 +15,6 @@ from harness.errors import ReportFormatError
 from harness.fsio import write_text_atomic
 from harness.model import COMPARISON_SCHEMA_VERSION, Comparison
 from harness.report.comparison_md import comparison_markdown
-from harness.report.html_compare import render_comparison_html
 from harness.report.schema import validate_comparison
 
 
@@ -54,6 +53,10 @@ def render_comparison(
 ) -> None:
     """``summary.md`` and ``index.html`` of a comparison, each built before it is written."""
     summary = comparison_markdown(comparison)
+    # imported here: Jinja2, numpy and the reference store stay out of `import harness.cli`
+    # and of loading the pytest plugin
+    from harness.report.html_compare import render_comparison_html
+
     page = render_comparison_html(comparison, out_dir, references=references)
     write_text_atomic(out_dir / "summary.md", summary)
     write_text_atomic(out_dir / "index.html", page)

@@ -13,7 +13,6 @@ from pathlib import Path
 from harness.errors import ReportFormatError
 from harness.fsio import write_json_atomic, write_text_atomic
 from harness.model import SCHEMA_VERSION, RunReport
-from harness.report.html import render_run_html
 from harness.report.junit import write_junit
 from harness.report.markdown import summary_markdown
 from harness.report.schema import validate_report
@@ -50,6 +49,10 @@ def render_run(report: RunReport, run_dir: Path, *, references: Path | None = No
     built in memory before it replaces its file, so a rendering that fails leaves the old files
     (the HTML's images are written as its page is built)."""
     summary = summary_markdown(report)
+    # imported here: Jinja2, numpy and the reference store stay out of `import harness.cli`
+    # and of loading the pytest plugin
+    from harness.report.html import render_run_html
+
     page = render_run_html(report, run_dir, references=references)
     write_junit(report, run_dir / "junit.xml")
     write_text_atomic(run_dir / "summary.md", summary)

@@ -5,60 +5,21 @@ the exact-load case's checks (failed, with the numbers), not by luck."""
 from __future__ import annotations
 
 import inspect
-import json
-import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 pytest.importorskip("diffusers", reason="the diffusers scenarios need diffusers installed")
 
+from diffcases import CODE_ROOT, REPO, checks_of, harness_run, scratch_checkout
+
 from harness.cases import load_file
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
-CODE_ROOT = REPO / "targets" / "diffusers_scenarios"
 CASE = "cases/diffusers/loader.toml"
 CASE_FILE = REPO / CASE
-
-
-def harness_run(out: Path, *args: str, repo: Path = REPO) -> dict[str, Any]:
-    """`harness run` in checkout ``repo`` with its scenario package as code root (a case file
-    that names its own ``code_root`` resolves it in the same checkout); returns the exit code
-    and the report."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-    }
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "run", *args,
-         "--code-root", "targets/diffusers_scenarios", "--out", str(out), "--run-id", "r", "-q"],
-        cwd=repo, env=env, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    report = out / "r" / "report.json"
-    assert report.is_file(), proc.stderr[-3000:]
-    return {"rc": proc.returncode, "stderr": proc.stderr, **json.loads(report.read_text())}
-
-
-def scratch_checkout(tmp_path: Path) -> tuple[Path, Path]:
-    """A scratch checkout holding a copy of the scenario package, this case file and the runner
-    profiles; returns it and its copy of the package's directory."""
-    root = tmp_path / "checkout"
-    package = root / "targets" / "diffusers_scenarios"
-    shutil.copytree(CODE_ROOT, package, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(REPO / "runners", root / "runners")
-    (root / "cases" / "diffusers").mkdir(parents=True)
-    shutil.copy(CASE_FILE, root / "cases" / "diffusers" / CASE_FILE.name)
-    return root, package / "diffusers_scenarios"
-
-
-def checks_of(case: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {c["metric"]: c for c in case["checks"]}
 
 
 def test_case_params_bind_to_the_scenarios() -> None:
@@ -86,7 +47,7 @@ def test_every_loader_case_passes(tmp_path: Path) -> None:
 
 
 def test_a_q_k_swap_in_the_conversion_fails_the_exact_case(tmp_path: Path) -> None:
-    checkout, package = scratch_checkout(tmp_path)
+    checkout, package = scratch_checkout(tmp_path, CASE_FILE)
     module = package / "loader.py"
     src = module.read_text()
     needle = 'QKV_ORDER: tuple[str, ...] = ("to_q", "to_k", "to_v")'

@@ -4,64 +4,20 @@ simulated CUDA run plans int_mm and notes that dequant_matmul ran, and a loader 
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 pytest.importorskip("diffusers", reason="the diffusers scenarios need diffusers installed")
 
+from diffcases import REPO, by_id, checks_of, harness_run, scratch_checkout
+
 from harness.cases import load_file
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
-CODE_ROOT = REPO / "targets" / "diffusers_scenarios"
 CASE = "cases/diffusers/quant.toml"
 CASE_FILE = REPO / CASE
-
-
-def harness_run(out: Path, *args: str, repo: Path = REPO) -> dict[str, Any]:
-    """`harness run` in checkout ``repo`` with its scenario package as code root (a case file
-    that names its own ``code_root`` resolves it in the same checkout); returns the exit code
-    and the report."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-    }
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "run", *args,
-         "--code-root", "targets/diffusers_scenarios", "--out", str(out), "--run-id", "r", "-q"],
-        cwd=repo, env=env, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    report = out / "r" / "report.json"
-    assert report.is_file(), proc.stderr[-3000:]
-    return {"rc": proc.returncode, "stderr": proc.stderr, **json.loads(report.read_text())}
-
-
-def scratch_checkout(tmp_path: Path) -> tuple[Path, Path]:
-    """A scratch checkout holding a copy of the scenario package, this case file and the runner
-    profiles; returns it and its copy of the package's directory."""
-    root = tmp_path / "checkout"
-    package = root / "targets" / "diffusers_scenarios"
-    shutil.copytree(CODE_ROOT, package, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(REPO / "runners", root / "runners")
-    (root / "cases" / "diffusers").mkdir(parents=True)
-    shutil.copy(CASE_FILE, root / "cases" / "diffusers" / CASE_FILE.name)
-    return root, package / "diffusers_scenarios"
-
-
-def by_id(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {c["id"]: c for c in doc["cases"]}
-
-
-def checks_of(case: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {c["metric"]: c for c in case["checks"]}
 
 
 def test_every_quant_case_passes_on_the_cpu(tmp_path: Path) -> None:
@@ -91,7 +47,7 @@ def test_simulated_cuda_plans_int_mm_and_notes_the_fallback_that_ran(tmp_path: P
 
 
 def test_a_loader_that_ignores_weight_scale_fails_the_numerics(tmp_path: Path) -> None:
-    checkout, package = scratch_checkout(tmp_path)
+    checkout, package = scratch_checkout(tmp_path, CASE_FILE)
     module = package / "loader.py"
     src = module.read_text()
     # The bug of the seed thread: quantization metadata read, then dropped on the way into the

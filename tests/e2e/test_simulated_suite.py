@@ -50,8 +50,12 @@ class Suite:
         return next(k for k in self.cases[case_id]["checks"] if k["name"] == name)
 
 
+# the tinyav suite (cases/diffusers declares platforms = ["cpu"]: skipped on these, by design)
+TINYAV = ("cases/loader", "cases/quant", "cases/pipeline")
+
+
 def _suite(factory: pytest.TempPathFactory, *args: str) -> Suite:
-    return Suite(factory.mktemp("sim"), *args)
+    return Suite(factory.mktemp("sim"), *TINYAV, *args)
 
 
 @pytest.fixture(scope="module")
@@ -80,18 +84,18 @@ def cuda(tmp_path_factory: pytest.TempPathFactory) -> Suite:
 
 @pytest.fixture(scope="module")
 def mi355x(tmp_path_factory: pytest.TempPathFactory) -> Suite:
-    return _suite(tmp_path_factory, "--runner", "mi355x")
+    # what gfx950 changes is the FP8 flavour: its cases, and one INT8 case for the policy (the
+    # whole suite under hip runs in the mi300-class test)
+    return _suite(tmp_path_factory, "--runner", "mi355x", "-k", "fp8 or t2va-int8")
 
 
-def assert_whole_suite_passes_simulated(s: Suite, platform: str, arch: str) -> None:
+def assert_whole_suite_passes_simulated(
+    s: Suite, platform: str, arch: str, *, whole: bool = True
+) -> None:
     assert s.proc.returncode == 0, s.proc.stderr[-4000:]
     cases = s.doc["cases"]
-    assert len(cases) >= 40 and {c["kind"] for c in cases} == {
-        "loader",
-        "quant",
-        "import",
-        "pipeline",
-    }
+    kinds = {"loader", "quant", "import", "pipeline"} if whole else {"pipeline"}
+    assert len(cases) >= (40 if whole else 4) and {c["kind"] for c in cases} == kinds
     for c in cases:
         assert c["platform"] == platform, c["id"]
         assert c["status"] == "passed", (c["id"], c["reason"])
@@ -161,7 +165,7 @@ def test_hip_suite_mi300_class(hip: Suite, tmp_path: Path) -> None:
 
 
 def test_hip_suite_gfx950_from_the_mi355x_profile(mi355x: Suite, tmp_path: Path) -> None:
-    assert_whole_suite_passes_simulated(mi355x, "hip", "gfx950")
+    assert_whole_suite_passes_simulated(mi355x, "hip", "gfx950", whole=False)
     assert mi355x.doc["runner"] == "mi355x"
     assert mi355x.notes("t2va-fp8")["fp8.flavour"] == "float8_e4m3fn"
     flavour = mi355x.check("t2va-fp8", "note.fp8.flavour")

@@ -1,0 +1,53 @@
+"""Shared by the diffusers case tests: `harness run` of a case file in a checkout, and a
+scratch checkout holding a copy of the scenario package (to commit a planted bug into)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+CODE_ROOT = REPO / "targets" / "diffusers_scenarios"
+
+
+def harness_run(out: Path, *args: str, repo: Path = REPO) -> dict[str, Any]:
+    """`harness run` in checkout ``repo`` with its scenario package as code root (a case file
+    that names its own ``code_root`` resolves it in the same checkout); returns the exit code
+    and the report."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "run", *args,
+         "--code-root", "targets/diffusers_scenarios", "--out", str(out), "--run-id", "r", "-q"],
+        cwd=repo, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    report = out / "r" / "report.json"
+    assert report.is_file(), proc.stderr[-3000:]
+    return {"rc": proc.returncode, "stderr": proc.stderr, **json.loads(report.read_text())}
+
+
+def scratch_checkout(tmp_path: Path, case_file: Path) -> tuple[Path, Path]:
+    """A scratch checkout holding a copy of the scenario package, ``case_file`` and the runner
+    profiles; returns it and its copy of the package's directory."""
+    root = tmp_path / "checkout"
+    package = root / "targets" / "diffusers_scenarios"
+    shutil.copytree(CODE_ROOT, package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "runners", root / "runners")
+    (root / "cases" / "diffusers").mkdir(parents=True)
+    shutil.copy(case_file, root / "cases" / "diffusers" / case_file.name)
+    return root, package / "diffusers_scenarios"
+
+
+def checks_of(case: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["metric"]: c for c in case["checks"]}
+
+
+def by_id(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["id"]: c for c in doc["cases"]}
