@@ -94,8 +94,11 @@ def assert_whole_suite_passes_simulated(
 ) -> None:
     assert s.proc.returncode == 0, s.proc.stderr[-4000:]
     cases = s.doc["cases"]
-    kinds = {"loader", "quant", "import", "pipeline"} if whole else {"pipeline"}
-    assert len(cases) >= (40 if whole else 4) and {c["kind"] for c in cases} == kinds
+    kinds = {c["kind"] for c in cases}
+    if whole:
+        assert len(cases) >= 40 and kinds == {"loader", "quant", "import", "pipeline"}
+    else:
+        assert len(cases) >= 4 and "pipeline" in kinds
     for c in cases:
         assert c["platform"] == platform, c["id"]
         assert c["status"] == "passed", (c["id"], c["reason"])
