@@ -42,42 +42,42 @@ run everywhere. ``thresholds`` keys are platforms or ``platform:arch``.
 
 from __future__ import annotations
 
-import datetime as dt
 import keyword
 import math
 import re
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from harness.cases.checks import parse_check
+from harness.cases.fields import (
+    Ctx,
+    check_json,
+    check_keys,
+    parse_frames,
+    str_list,
+    type_ok,
+)
+from harness.cases.lines import case_lines
 from harness.errors import CaseFileError
-from harness.model.case import Case, CheckSpec
+from harness.model.case import Case
 from harness.model.vocab import (
-    CASE_LEVEL_METRICS,
-    FRAME_MODES,
     KINDS,
     MAX_REPEATS,
     MAX_RETRIES,
     MAX_TIMEOUT_S,
     MAX_WARMUP,
-    NOTE_PREFIX,
-    OPS,
-    ORDERING_OPS,
     PLATFORMS,
-    POLICIES,
-    QUALITY_METRICS,
-    FrameSpec,
 )
 
 # Ids name files and folders (outputs, references): one path segment, never hidden, never
 # "." or "..", so no two ids share a file and none resolves outside its store.
 _ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
-_ARCH = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _ID_EXPECTED = "letters, digits, '.', '_' or '-', not starting with '.'"
 _COUNTS = {"repeats": (1, MAX_REPEATS), "warmup": (0, MAX_WARMUP), "retries": (0, MAX_RETRIES)}
-_KNOWN_METRICS = ", ".join((*QUALITY_METRICS, *CASE_LEVEL_METRICS, f"{NOTE_PREFIX}<key>"))
+
 
 # key -> (expected type(s), human name of the type)
 _CASE_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
@@ -102,94 +102,6 @@ _CASE_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "code_root": ((str,), "string (a folder relative to the repository root)"),
     "requires": ((list,), "list of module names"),
 }
-_CHECK_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
-    "metric": ((str,), "string"),
-    "op": ((str,), "one of " + ", ".join(OPS)),
-    "threshold": ((int, float, str, bool), "number, string or boolean"),
-    "thresholds": ((dict,), "table of platform = threshold"),
-    "policy": ((str,), '"fail" or "warn"'),
-    "output": ((str,), "string"),
-    "frames": ((str, list), '"first-mid-last", "all" or a list of integers'),
-    "reduce": ((str,), '"worst" or "mean"'),
-    "name": ((str,), "string"),
-    "settings": ((dict,), "table"),
-    "needs_device": ((bool,), "boolean"),
-}
-
-
-def _type_ok(value: Any, types: tuple[type, ...]) -> bool:
-    # bool is an int in Python; a TOML `true` must not pass for an integer.
-    if isinstance(value, bool) and bool not in types:
-        return False
-    return isinstance(value, types)
-
-
-class _Ctx:
-    """Where we are in a file, so every error can say so."""
-
-    def __init__(self, path: Path, where: str) -> None:
-        self.path = path
-        self.where = where
-
-    def fail(self, key: str, value: Any, expected: str) -> CaseFileError:
-        return CaseFileError(
-            self.path, f"{self.where}: key '{key}' = {value!r}: expected {expected}"
-        )
-
-
-def _check_keys(
-    ctx: _Ctx, table: Mapping[str, Any], spec: Mapping[str, tuple[tuple[type, ...], str]]
-) -> None:
-    for key, value in table.items():
-        if key not in spec:
-            known = ", ".join(sorted(spec))
-            raise CaseFileError(ctx.path, f"{ctx.where}: unknown key '{key}' (known keys: {known})")
-        types, name = spec[key]
-        if not _type_ok(value, types):
-            raise ctx.fail(key, value, f"{name}, got {type(value).__name__}")
-
-
-def _frames(ctx: _Ctx, key: str, value: Any) -> FrameSpec:
-    if isinstance(value, str):
-        if value not in FRAME_MODES:
-            raise ctx.fail(key, value, '"first-mid-last", "all" or a list of integers')
-        return value
-    if not all(_type_ok(v, (int,)) and v >= 0 for v in value):
-        raise ctx.fail(key, value, "a list of non-negative integers")
-    return tuple(value)
-
-
-def _str_list(ctx: _Ctx, key: str, value: Any) -> tuple[str, ...]:
-    if not all(isinstance(v, str) for v in value):
-        raise ctx.fail(key, value, "a list of strings")
-    return tuple(value)
-
-
-def _finite(value: Any) -> bool:
-    return not isinstance(value, float) or math.isfinite(value)
-
-
-_NOT_FINITE = "a finite number (JSON cannot carry NaN or infinity to the worker)"
-
-
-def _check_json(ctx: _Ctx, key: str, value: Any) -> None:
-    """``value`` must reach the worker unchanged through the protocol's JSON: no TOML date or
-    time (it would arrive as a string), no NaN or infinity (not JSON)."""
-    if isinstance(value, dict):
-        for k, v in value.items():
-            _check_json(ctx, f"{key}.{k}", v)
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            _check_json(ctx, f"{key}[{i}]", v)
-    elif not _finite(value):
-        raise ctx.fail(key, value, _NOT_FINITE)
-    elif isinstance(value, dt.date | dt.time):  # a datetime is a date
-        raise ctx.fail(
-            key,
-            value,
-            "a string, number, boolean, array or table (a TOML date or time does not survive "
-            "JSON to the worker: quote it as a string)",
-        )
 
 
 def _is_name(text: str) -> bool:
@@ -202,7 +114,7 @@ def _target_ok(target: str) -> bool:
     return bool(colon) and all(map(_is_name, module.split("."))) and _is_name(function)
 
 
-def _code_root(ctx: _Ctx, value: str) -> str:
+def _code_root(ctx: Ctx, value: str) -> str:
     """A relative folder inside the repository: no absolute path, no '..', no backslash."""
     parts = value.removesuffix("/").split("/")
     if not value or value.startswith("/") or "\\" in value or ".." in parts or "" in parts:
@@ -215,102 +127,12 @@ def _code_root(ctx: _Ctx, value: str) -> str:
     return "/".join(p for p in parts if p != ".") or "."
 
 
-def _requires(ctx: _Ctx, value: list[Any]) -> tuple[str, ...]:
-    names = _str_list(ctx, "requires", value)
+def _requires(ctx: Ctx, value: list[Any]) -> tuple[str, ...]:
+    names = str_list(ctx, "requires", value)
     bad = [n for n in names if not all(map(_is_name, n.split(".")))]
     if bad:
         raise ctx.fail("requires", value, f"importable module names (dotted); not names: {bad}")
     return names
-
-
-def _metric(ctx: _Ctx, metric: str) -> None:
-    if metric in QUALITY_METRICS or metric in CASE_LEVEL_METRICS:
-        return
-    if metric.startswith(NOTE_PREFIX) and metric != NOTE_PREFIX:
-        return
-    raise ctx.fail("metric", metric, f"one of {_KNOWN_METRICS}")
-
-
-def _threshold(ctx: _Ctx, key: str, metric: str, op: str, value: Any) -> None:
-    """The threshold has the type the metric and the op need, so a check can ever pass."""
-    if not _type_ok(value, (int, float, str, bool)):
-        raise ctx.fail(key, value, f"a number, string or boolean, got {type(value).__name__}")
-    number = _type_ok(value, (int, float))
-    if not _finite(value):
-        raise ctx.fail(key, value, _NOT_FINITE)
-    if metric in CASE_LEVEL_METRICS:
-        if op not in ("==", "!="):
-            raise ctx.fail("op", op, f"'==' or '!=' for {metric} (its value is true or false)")
-        if not isinstance(value, bool):
-            raise ctx.fail(key, value, f"true or false for {metric}, got {type(value).__name__}")
-    elif not number and (metric in QUALITY_METRICS or op in ORDERING_OPS):
-        why = (
-            f"'{metric}' gives a number" if metric in QUALITY_METRICS else f"'{op}' orders numbers"
-        )
-        raise ctx.fail(key, value, f"a number ({why}), got {type(value).__name__}")
-
-
-def _parse_check(ctx: _Ctx, index: int, raw: Any) -> CheckSpec:
-    cctx = _Ctx(ctx.path, f"{ctx.where}, checks[{index}]")
-    if not isinstance(raw, dict):
-        raise cctx.fail("checks", raw, "a table")
-    _check_keys(cctx, raw, _CHECK_KEYS)
-    for required in ("metric", "op", "threshold"):
-        if required not in raw:
-            raise CaseFileError(cctx.path, f"{cctx.where}: missing required key '{required}'")
-    if raw["op"] not in OPS:
-        raise cctx.fail("op", raw["op"], "one of " + ", ".join(OPS))
-    _metric(cctx, raw["metric"])
-    _threshold(cctx, "threshold", raw["metric"], raw["op"], raw["threshold"])
-    thresholds = raw.get("thresholds", {})
-    for key, value in thresholds.items():
-        platform, colon, arch = key.partition(":")
-        if platform not in PLATFORMS:
-            raise CaseFileError(
-                cctx.path,
-                f"{cctx.where}: key 'thresholds.{key}': unknown platform '{platform}' "
-                f"(known: {', '.join(PLATFORMS)}; a key may also be 'platform:arch', "
-                "e.g. 'hip:gfx950')",
-            )
-        if colon and not _ARCH.fullmatch(arch):
-            raise CaseFileError(
-                cctx.path,
-                f"{cctx.where}: key 'thresholds.{key}': architecture {arch!r}: expected a name "
-                "such as 'gfx950' or 'sm_90' (letters, digits, '_', '.', '-')",
-            )
-        _threshold(cctx, f"thresholds.{key}", raw["metric"], raw["op"], value)
-    needs_device = raw.get("needs_device", False)
-    if needs_device and not raw["metric"].startswith(NOTE_PREFIX):
-        raise cctx.fail(
-            "needs_device",
-            needs_device,
-            f"false for '{raw['metric']}': only a note.<key> check asserts what ran on the "
-            "device (a quality metric is judged on the outputs, simulated or not)",
-        )
-    _check_json(cctx, "settings", raw.get("settings", {}))
-    policy = raw.get("policy", "fail")
-    if policy not in POLICIES:
-        raise cctx.fail("policy", policy, '"fail" or "warn"')
-    reduce = raw.get("reduce", "worst")
-    if reduce not in ("worst", "mean"):
-        raise cctx.fail("reduce", reduce, '"worst" or "mean"')
-    frames = _frames(cctx, "frames", raw["frames"]) if "frames" in raw else None
-    name = raw.get("name") or (
-        f"{raw['metric']}" + (f"({raw['output']})" if raw.get("output") else "")
-    )
-    return CheckSpec(
-        metric=raw["metric"],
-        op=raw["op"],
-        threshold=raw["threshold"],
-        thresholds=dict(thresholds),
-        policy=policy,
-        output=raw.get("output"),
-        frames=frames,
-        reduce=reduce,
-        name=name,
-        settings=dict(raw.get("settings", {})),
-        needs_device=needs_device,
-    )
 
 
 def parse_case(path: Path, raw: Any, where: str) -> Case:
@@ -319,11 +141,11 @@ def parse_case(path: Path, raw: Any, where: str) -> Case:
         raise CaseFileError(path, f"{where}: expected a table, got {type(raw).__name__}")
     if isinstance(raw.get("id"), str):
         where = f"{where} (case '{raw['id']}')"
-    ctx = _Ctx(path, where)
-    _check_keys(ctx, raw, _CASE_KEYS)
+    ctx = Ctx(path, where)
+    check_keys(ctx, raw, _CASE_KEYS)
     if "id" not in raw:
         raise CaseFileError(path, f"{where}: missing required key 'id'")
-    ctx = _Ctx(path, f"case '{raw['id']}'")
+    ctx = Ctx(path, f"case '{raw['id']}'")
     if not _ID.fullmatch(raw["id"]):
         raise ctx.fail("id", raw["id"], f"a non-empty id of {_ID_EXPECTED}")
     if "kind" not in raw:
@@ -339,7 +161,7 @@ def parse_case(path: Path, raw: Any, where: str) -> Case:
             raw["target"],
             'a string "module:function" (dotted module path, function name)',
         )
-    command = _str_list(ctx, "command", raw["command"]) if has_command else None
+    command = str_list(ctx, "command", raw["command"]) if has_command else None
     if command is not None and not command:
         raise ctx.fail("command", raw["command"], "a non-empty list of strings")
     platforms: tuple[str, ...] | Literal["any"] = "any"
@@ -348,7 +170,7 @@ def parse_case(path: Path, raw: Any, where: str) -> Case:
             if raw["platforms"] != "any":
                 raise ctx.fail("platforms", raw["platforms"], 'a list of strings or "any"')
         else:
-            platforms = _str_list(ctx, "platforms", raw["platforms"])
+            platforms = str_list(ctx, "platforms", raw["platforms"])
             if not platforms:
                 raise ctx.fail("platforms", raw["platforms"], 'a non-empty list or "any"')
             unknown = [p for p in platforms if p not in PLATFORMS]
@@ -369,12 +191,12 @@ def parse_case(path: Path, raw: Any, where: str) -> Case:
         )
     if "reference" in raw and not _ID.fullmatch(raw["reference"]):
         raise ctx.fail("reference", raw["reference"], f"a reference id of {_ID_EXPECTED}")
-    _check_json(ctx, "params", raw.get("params", {}))
+    check_json(ctx, "params", raw.get("params", {}))
     budget = raw.get("budget", {})
     for stage, secs in budget.items():
-        if not _type_ok(secs, (int, float)) or not 0 < secs < math.inf:
+        if not type_ok(secs, (int, float)) or not 0 < secs < math.inf:
             raise ctx.fail(f"budget.{stage}", secs, "a finite positive number of seconds")
-    checks = tuple(_parse_check(ctx, i, c) for i, c in enumerate(raw.get("checks", [])))
+    checks = tuple(parse_check(ctx, i, c) for i, c in enumerate(raw.get("checks", [])))
     return Case(
         id=raw["id"],
         kind=raw["kind"],
@@ -391,44 +213,13 @@ def parse_case(path: Path, raw: Any, where: str) -> Case:
         fresh_process=raw.get("fresh_process", False),
         checks=checks,
         reference=raw.get("reference"),
-        frames=_frames(ctx, "frames", raw["frames"]) if "frames" in raw else "first-mid-last",
+        frames=parse_frames(ctx, "frames", raw["frames"]) if "frames" in raw else "first-mid-last",
         budget={k: float(v) for k, v in budget.items()},
         description=raw.get("description", ""),
-        tags=_str_list(ctx, "tags", raw["tags"]) if "tags" in raw else (),
+        tags=str_list(ctx, "tags", raw["tags"]) if "tags" in raw else (),
         code_root=_code_root(ctx, raw["code_root"]) if "code_root" in raw else None,
         requires=_requires(ctx, raw["requires"]) if "requires" in raw else (),
     )
-
-
-# A table header line (``[x]`` or ``[[x]]``, comment allowed) and a case's ``id = "..."`` line.
-_HEADER = re.compile(r"\s*(\[\[?)\s*([A-Za-z0-9_.\-\"' ]*?)\s*\]\]?\s*(#.*)?$")
-_ID_LINE = re.compile(r"""\s*(?:id|"id"|'id')\s*=\s*(?:"([^"\\]*)"|'([^']*)')""")
-
-
-def case_lines(text: str) -> dict[str, int]:
-    """Case id -> 1-based line of its table in a case file's ``text``: the ``[[case]]`` header
-    of an array-of-tables file, or the ``id = ...`` line of a one-case file (tomllib keeps no
-    positions, so the text is scanned). Only an ``id`` directly in a case table counts, not one
-    in a sub-table such as ``[case.params]``; a file that does not parse may give a partial map.
-    """
-    lines: dict[str, int] = {}
-    table: str | None = None  # None: top level
-    header_line = 0
-    for number, line in enumerate(text.splitlines(), start=1):
-        header = _HEADER.match(line)
-        if header:
-            table = header.group(2) if header.group(1) == "[" else f"[{header.group(2)}]"
-            header_line = number
-            continue
-        found = _ID_LINE.match(line)
-        if found is None:
-            continue
-        case_id = found.group(1) if found.group(1) is not None else found.group(2)
-        if table is None:
-            lines.setdefault(case_id, number)
-        elif table == "[case]":
-            lines.setdefault(case_id, header_line)
-    return lines
 
 
 def load_file(path: Path) -> list[Case]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
-from harness.cases.load import case_lines
+from harness.cases.lines import case_lines
 from harness.errors import ReportFormatError
 from harness.model import CaseResult, Comparison, RunReport, fmt_number
 from harness.model.comparison import BLOCKING
