@@ -35,7 +35,7 @@ import numpy as np
 from harness import media
 from harness.errors import ReferenceStoreError
 from harness.fsio import read_array
-from harness.references.layout import is_inside, misplaced
+from harness.references.layout import misplaced
 from harness.references.manifest import (
     FORMAT_VERSION,
     MANIFEST_NAME,
@@ -48,6 +48,7 @@ from harness.references.manifest import (
     platform_chain,
     read_manifest,
 )
+from harness.references.verified import VERIFIED, FileKey, file_key
 
 __all__ = [
     "FORMAT_VERSION",
@@ -72,9 +73,7 @@ class ReferenceStore:
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root)
         self._manifest: Manifest | None = None
-        # Decoded files, verified once per store: several checks of one attempt compare the
-        # same reference, and re-hashing and re-decoding every PNG per check was pure waste.
-        self._decoded: dict[str, Any] = {}
+        self._root_resolved: Path | None = None
 
     @property
     def manifest(self) -> Manifest:
@@ -115,34 +114,43 @@ class ReferenceStore:
 
     def verified_path(self, f: ReferenceFile) -> Path:
         """The path of ``f`` after checking it lies inside the store, exists and its SHA-256
-        matches: a manifest can never make a check read a file from elsewhere."""
+        matches: a manifest can never make a check read a file from elsewhere. Always hashes
+        (``harness refs verify``); checks read through :meth:`_read`, which hashes a file once
+        per process per ``(path, size, mtime_ns)``."""
+        return self._verify(f, cached=False)[0]
+
+    def _verify(self, f: ReferenceFile, *, cached: bool) -> tuple[Path, FileKey]:
         path = self.root / f.path
-        if not is_inside(self.root, path):
+        if self._root_resolved is None:
+            self._root_resolved = self.root.resolve()
+        resolved = path.resolve()
+        if not resolved.is_relative_to(self._root_resolved):
             raise ReferenceStoreError(
-                f"reference file {f.path!r} resolves to {path.resolve()}, outside the store "
-                f"{self.root.resolve()}; a manifest may only list files inside its store"
+                f"reference file {f.path!r} resolves to {resolved}, outside the store "
+                f"{self._root_resolved}; a manifest may only list files inside its store"
             )
-        if not path.is_file():
+        try:
+            key = file_key(resolved) if resolved.is_file() else None
+        except OSError:
+            key = None
+        if key is None:
             raise ReferenceStoreError(
                 f"reference file {path} is missing (expected sha256 {f.sha256}, actual: none)"
             )
-        actual = file_sha256(path)
+        actual = VERIFIED.sha256(resolved, key) if cached else file_sha256(resolved)
         if actual != f.sha256:
             raise ReferenceStoreError(
                 f"reference file {path} does not match the manifest: "
                 f"expected sha256 {f.sha256}, actual sha256 {actual}"
             )
-        return path
+        return path, key
 
-    def _read(self, f: ReferenceFile, decode: Callable[[Path], Any]) -> Any:
-        """``decode`` of the verified file, computed once per store; arrays come back
-        read-only so one check cannot change what the next one compares with."""
-        if f.path not in self._decoded:
-            value = decode(self.verified_path(f))
-            if isinstance(value, np.ndarray):
-                value.setflags(write=False)
-            self._decoded[f.path] = value
-        return self._decoded[f.path]
+    def _read(self, f: ReferenceFile, kind: str, decode: Callable[[Path], Any]) -> Any:
+        """``decode`` of the verified file; hashed and decoded once per process while the file's
+        ``(path, size, mtime_ns)`` stays the same (:mod:`harness.references.verified`). Arrays
+        come back read-only so one check cannot change what the next one compares with."""
+        path, key = self._verify(f, cached=True)
+        return VERIFIED.decoded(path, key, kind, decode)
 
     def load_video(self, entry: ReferenceEntry, frames: Sequence[int] | None = None) -> np.ndarray:
         """Frames of a ``video`` entry as uint8 [T, H, W, 3] (an ``image`` entry: [H, W, 3]).
@@ -169,7 +177,7 @@ class ReferenceStore:
         arrays = []
         for i in wanted:
             path = self.root / by_index[i].path
-            a = np.asarray(self._read(by_index[i], media.read_png))
+            a = np.asarray(self._read(by_index[i], "png", media.read_png))
             if a.shape != frame_shape or a.dtype != np.uint8:
                 raise ReferenceStoreError(
                     f"reference file {path} decodes to {a.dtype} {list(a.shape)}, "
@@ -186,7 +194,7 @@ class ReferenceStore:
         if entry.kind != "audio":
             raise ReferenceStoreError(f"reference {entry.key} is {entry.kind}, not audio")
         (f,) = self._single(entry)
-        audio = self._read(f, media.read_wav)
+        audio = self._read(f, "wav", media.read_wav)
         pcm = np.asarray(audio.pcm, dtype=np.float32)
         if pcm.size != int(np.prod(entry.shape)):
             raise ReferenceStoreError(
@@ -198,14 +206,7 @@ class ReferenceStore:
     def load_tensor(self, entry: ReferenceEntry) -> np.ndarray:
         """The array of a ``tensor`` entry (safetensors key ``data``)."""
         (f,) = self._single(entry)
-
-        def read(path: Path) -> np.ndarray:
-            try:
-                return np.asarray(read_array(path))
-            except ValueError as exc:
-                raise ReferenceStoreError(f"reference file {path}: {exc}") from exc
-
-        return np.asarray(self._read(f, read))
+        return np.asarray(self._read(f, "tensor", _read_tensor))
 
     def load(self, entry: ReferenceEntry) -> np.ndarray:
         """The reference array, whatever its kind (audio: PCM without the sample rate)."""
@@ -266,6 +267,13 @@ class ReferenceStore:
                     f"(sha256 {file_sha256(path)}); remove it or bless it"
                 )
         return problems
+
+
+def _read_tensor(path: Path) -> np.ndarray:
+    try:
+        return np.asarray(read_array(path))
+    except ValueError as exc:
+        raise ReferenceStoreError(f"reference file {path}: {exc}") from exc
 
 
 def _files_under(root: Path) -> Iterable[Path]:

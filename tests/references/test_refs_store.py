@@ -165,24 +165,35 @@ def test_load_selected_frames_verifies_only_those(make_run: MakeRun, store_root:
         store.load_video(entry, [9])
 
 
-def test_each_file_is_verified_and_decoded_once_per_store(
-    make_run: MakeRun, store_root: Path, monkeypatch: pytest.MonkeyPatch
+def test_each_file_is_verified_and_decoded_once_per_process(
+    make_run: MakeRun, store_root: Path
 ) -> None:
-    import harness.references.store as references
+    from harness.references.verified import VERIFIED
 
     _bless_all(make_run, store_root)
-    hashed: list[Path] = []
-    real = references.file_sha256
-    monkeypatch.setattr(references, "file_sha256", lambda p: hashed.append(p) or real(p))
+    before = VERIFIED.hashed
     store = ReferenceStore(store_root)
     entry = store.lookup("t2va", "video", ["any"])
     first = store.load_video(entry)
     second = store.load_video(entry, [0, 1])  # e.g. a second check on the same attempt
-    assert len(hashed) == len(entry.files)  # not once per check
+    assert VERIFIED.hashed - before == len(entry.files)  # not once per check
     np.testing.assert_array_equal(second, first[[0, 1]])
-    cached = store._read(entry.files[0], lambda p: None)  # served from the cache
+    cached = store._read(entry.files[0], "png", lambda p: None)  # served from the memo
     with pytest.raises(ValueError):  # read-only: a check cannot alter the next one's reference
         cached[0, 0, 0] = 1
-    # A fresh store (the next attempt) verifies again.
-    ReferenceStore(store_root).load_video(entry)
-    assert len(hashed) == 2 * len(entry.files)
+    # A fresh store (the next attempt in this worker) reuses what was verified...
+    np.testing.assert_array_equal(ReferenceStore(store_root).load_video(entry), first)
+    assert VERIFIED.hashed - before == len(entry.files)
+    # ...until a file changes (same size here: the mtime tells), which is hashed again.
+    path = store_root / entry.files[1].path
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    st = path.stat()
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000))
+    with pytest.raises(ReferenceStoreError, match="does not match the manifest"):
+        ReferenceStore(store_root).load_video(entry)
+    assert VERIFIED.hashed - before == len(entry.files) + 1
+    # `harness refs verify` re-hashes every file, memo or not.
+    assert any("does not match the manifest" in line for line in store.verify())
+    assert VERIFIED.hashed - before == len(entry.files) + 1
