@@ -19,7 +19,10 @@ REPO = Path(__file__).resolve().parents[2]
 def _attempt(pool: WorkerPool, spec: WorkerSpec, job: AttemptJob) -> dict[str, Any]:
     handle = pool.get(spec)
     reply = handle.request(
-        p.AttemptRequest(handle.next_nonce(), job), timeout=300, case_id=job.case.id, index=job.index
+        p.AttemptRequest(handle.next_nonce(), job),
+        timeout=300,
+        case_id=job.case.id,
+        index=job.index,
     )
     assert isinstance(reply, p.AttemptReply), reply
     return dict(reply.attempt)
