@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ from harness.probe.content import (
     content_hash,
     describe,
     hash_input,
+    sources_nonfinite,
 )
 from harness.probe.stages import StageBook, StageDevice, measure
 
@@ -220,7 +221,9 @@ def _claim(rec: _Recorder, name: str, suffix: str) -> Path | None:
     return rec.output_dir / f"{slug(name)}{suffix}"
 
 
-def output(name: str, array_or_path: Any, **meta: Any) -> None:
+def output(
+    name: str, array_or_path: Any, *, encoded_from: str | Sequence[str] = (), **meta: Any
+) -> None:
     """Record an output: an array (saved as safetensors) or a file (copied into the run).
 
     Either way its content is decoded and counted for NaN/Inf, which the always-on
@@ -228,6 +231,12 @@ def output(name: str, array_or_path: Any, **meta: Any) -> None:
     ``nonfinite: None`` and why, and that check reports *not run*. Each name may be used once
     per attempt. ``meta`` describes the output for the checks: ``kind`` (``video``,
     ``audio``, ``image``, ``tensor``, ``file``), ``fps``, ``sample_rate``.
+
+    ``encoded_from`` names the outputs (recorded earlier in this attempt from arrays) a media
+    file was encoded from, e.g. ``probe.output("mp4", path, encoded_from=("video", "audio"))``:
+    the file's NaN/Inf count is then theirs (``nonfinite_from`` says so) and the file is only
+    demuxed, not decoded, which for an MP4 saved most of the probe's time. A name that is not
+    such an output makes the probe decode the file as usual.
     """
     if _current is None:
         return
@@ -242,7 +251,9 @@ def output(name: str, array_or_path: Any, **meta: Any) -> None:
         if dst is not None:
             shutil.copyfile(src, dst)
         stored = dst or src
-        nonfinite, why = _file_nonfinite(stored)
+        names = [encoded_from] if isinstance(encoded_from, str) else list(encoded_from)
+        from_arrays = sources_nonfinite(stored, names, rec.outputs)
+        nonfinite, why = _file_nonfinite(stored) if from_arrays is None else from_arrays[:2]
         entry: dict[str, Any] = {
             "kind": str(meta.get("kind", "file")),
             "hash": _file_hash(stored),
@@ -251,6 +262,8 @@ def output(name: str, array_or_path: Any, **meta: Any) -> None:
             "meta": clean_meta,
             "path": str(stored),
         }
+        if from_arrays is not None:
+            entry["nonfinite_from"] = from_arrays[2]
         if why is not None:
             entry["nonfinite_reason"] = why
             # A format the harness decodes that does not decode is a broken output (a failure);

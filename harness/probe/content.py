@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -225,3 +226,45 @@ def _file_nonfinite(path: Path) -> tuple[int | None, str | None]:
         msg = str(exc)
         return None, msg if str(path) in msg else f"{path}: {type(exc).__name__}: {msg}"
     return sum(_nonfinite(part) for part in parts), None
+
+
+def sources_nonfinite(
+    path: Path, sources: Sequence[str], outputs: Mapping[str, Mapping[str, Any]]
+) -> tuple[int | None, str | None, list[str]] | None:
+    """NaN/Inf count of a media file from the arrays it was encoded from, or None to decode it.
+
+    ``sources`` name outputs already recorded from arrays in this attempt (``probe.output`` of
+    the frames, of the PCM). Their counts are what the file's decoded content would hold at
+    most: an MP4's frames are 8-bit and cannot hold NaN/Inf, and its encoder refuses
+    non-finite samples, so the arrays are the honest place to look. The file itself is still
+    opened and demuxed (a few ms, no decoding): one that does not is broken, ``(None, why,
+    sources)``. None when any source is not such an output (the file is decoded instead).
+    """
+    if path.suffix.lower() not in _MEDIA_SUFFIXES or not sources:
+        return None
+    counts = [outputs.get(s, {}).get("nonfinite") for s in sources]
+    if any(not isinstance(outputs.get(s, {}).get("dtype"), str) for s in sources) or any(
+        not isinstance(c, int) for c in counts
+    ):
+        return None
+    why = _demux_problem(path)
+    if why is not None:
+        return None, why, list(sources)
+    return sum(int(c) for c in counts if c is not None), None, list(sources)
+
+
+def _demux_problem(path: Path) -> str | None:
+    """Why ``path`` does not open as a media container with packets in every stream, or None."""
+    import av
+
+    try:
+        with av.open(str(path), mode="r") as container:
+            if not container.streams:
+                return f"{path}: the container has no streams"
+            seen = {p.stream.index for p in container.demux() if p.size}
+            empty = [s.index for s in container.streams if s.index not in seen]
+    except Exception as exc:  # a broken file is this output's problem, recorded
+        return f"{path}: cannot demux: {type(exc).__name__}: {exc}"
+    if empty:
+        return f"{path}: streams {empty} hold no packets"
+    return None

@@ -79,7 +79,9 @@ def _export(frames: np.ndarray, pcm: np.ndarray | None, fps: int, sample_rate: i
     with tempfile.TemporaryDirectory(prefix="diffusers-scenario-") as tmp:
         with probe.stage("ExportStage"):
             mp4 = write_mp4(Path(tmp) / "out.mp4", frames, pcm, fps=fps, sample_rate=sample_rate)
-        probe.output("mp4", mp4, kind="file")  # copied into the run at call time
+        # Copied into the run at call time; NaN/Inf counted in the arrays it was encoded from.
+        sources = ("video",) if pcm is None else ("video", "audio")
+        probe.output("mp4", mp4, kind="file", encoded_from=sources)
 
 
 def ltx2_kwargs(

@@ -1,0 +1,85 @@
+"""The NaN/Inf count of a media file encoded from arrays the probe already holds is theirs; the
+file is only demuxed. Where no such array was recorded, the file is decoded as before."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from harness import media, probe
+from harness.checks.finite import finiteness_checks
+
+
+@pytest.fixture
+def rec(tmp_path: Path) -> Iterator[Any]:
+    """An active recording, as inside an attempt, with an output folder."""
+    recorder = probe._begin(seed=1, platform="cpu", output_dir=tmp_path / "out")
+    try:
+        yield recorder
+    finally:
+        probe._end()
+
+
+def _mp4(path: Path, with_audio: bool = True) -> tuple[Path, np.ndarray, np.ndarray]:
+    frames = np.random.default_rng(0).random((5, 16, 16, 3), dtype=np.float32)
+    pcm = (np.sin(np.linspace(0, 80, 3200, dtype=np.float32)) * 0.1).reshape(1, -1)
+    u8 = (frames * 255).astype(np.uint8)
+    media.write_mp4(path, u8, pcm if with_audio else None, fps=8, sample_rate=16_000)
+    return path, frames, pcm
+
+
+def test_mp4_takes_the_count_of_the_arrays_it_was_encoded_from(rec: Any, tmp_path: Path) -> None:
+    path, frames, pcm = _mp4(tmp_path / "clip.mp4")
+    frames[0, 0, 0, :2] = np.nan  # NaN the 8-bit MP4 cannot carry; its source array does
+    probe.output("video", frames, kind="video")
+    probe.output("audio", pcm, kind="audio")
+    probe.output("mp4", path, kind="file", encoded_from=("video", "audio"))
+    entry = rec.outputs["mp4"]
+    assert entry["nonfinite"] == 2 and entry["nonfinite_from"] == ["video", "audio"]
+    assert "corrupt" not in entry
+    checks = {c.name: c for c in finiteness_checks(rec.outputs)}
+    assert checks["finite(mp4)"].passed is False
+    assert "'mp4' contains 2 NaN/Inf" in (checks["finite(mp4)"].reason or "")
+
+
+def test_mp4_from_finite_arrays_passes(rec: Any, tmp_path: Path) -> None:
+    path, frames, _ = _mp4(tmp_path / "clip.mp4", with_audio=False)
+    probe.output("video", frames, kind="video")
+    probe.output("mp4", path, kind="file", encoded_from="video")
+    assert rec.outputs["mp4"]["nonfinite"] == 0
+    assert rec.outputs["mp4"]["nonfinite_from"] == ["video"]
+    assert all(c.passed for c in finiteness_checks(rec.outputs))
+
+
+@pytest.mark.parametrize("encoded_from", [(), ("video",), ("video", "prompt")])
+def test_mp4_without_a_recorded_source_array_is_decoded(
+    rec: Any, tmp_path: Path, encoded_from: tuple[str, ...]
+) -> None:
+    path, frames, _ = _mp4(tmp_path / "clip.mp4")
+    if encoded_from:  # "video" recorded as a file, "prompt" not at all: no array to count
+        np.save(tmp_path / "video.npy", frames)
+        probe.output("video", tmp_path / "video.npy")
+    probe.output("mp4", path, kind="file", encoded_from=encoded_from)
+    entry = rec.outputs["mp4"]
+    assert "nonfinite_from" not in entry
+    assert entry["nonfinite"] == 0 and "corrupt" not in entry  # decoded: frames and PCM
+
+
+@pytest.mark.parametrize("encoded_from", [(), ("video",)])
+def test_broken_mp4_fails_whether_decoded_or_only_demuxed(
+    rec: Any, tmp_path: Path, encoded_from: tuple[str, ...]
+) -> None:
+    path, frames, _ = _mp4(tmp_path / "clip.mp4")
+    path.write_bytes(b"\x00\x00\x00\x18ftypmp42" + b"\x00" * 64)  # a header, then nothing
+    probe.output("video", frames, kind="video")
+    probe.output("mp4", path, kind="file", encoded_from=encoded_from)
+    entry = rec.outputs["mp4"]
+    assert entry["nonfinite"] is None and entry["corrupt"] is True
+    assert ("nonfinite_from" in entry) == bool(encoded_from)  # demuxed, not decoded
+    assert str(rec.output_dir / "mp4.mp4") in entry["nonfinite_reason"]
+    check = next(c for c in finiteness_checks(rec.outputs) if c.name == "finite(mp4)")
+    assert check.passed is False and (check.reason or "").startswith("output 'mp4' is broken")
