@@ -26,6 +26,8 @@ own references and fall back to ``any``::
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -74,6 +76,7 @@ class ReferenceStore:
         self.root = Path(root)
         self._manifest: Manifest | None = None
         self._root_resolved: Path | None = None
+        self._folders: dict[Path, Path] = {}
 
     @property
     def manifest(self) -> Manifest:
@@ -123,7 +126,7 @@ class ReferenceStore:
         path = self.root / f.path
         if self._root_resolved is None:
             self._root_resolved = self.root.resolve()
-        resolved = path.resolve()
+        resolved = self._resolve(path)
         if not resolved.is_relative_to(self._root_resolved):
             raise ReferenceStoreError(
                 f"reference file {f.path!r} resolves to {resolved}, outside the store "
@@ -144,6 +147,19 @@ class ReferenceStore:
                 f"expected sha256 {f.sha256}, actual sha256 {actual}"
             )
         return path, key
+
+    def _resolve(self, path: Path) -> Path:
+        """``path.resolve()``, resolving each folder once per store (an attempt): the frames of
+        one entry share a folder, and resolving every frame's path walked it each time."""
+        parent = self._folders.get(path.parent)
+        if parent is None:
+            parent = self._folders[path.parent] = path.parent.resolve()
+        candidate = parent / path.name
+        try:
+            is_link = stat.S_ISLNK(os.lstat(candidate).st_mode)
+        except OSError:
+            is_link = False  # missing: reported as missing by the caller
+        return candidate.resolve() if is_link or path.name in ("", "..") else candidate
 
     def _read(self, f: ReferenceFile, kind: str, decode: Callable[[Path], Any]) -> Any:
         """``decode`` of the verified file; hashed and decoded once per process while the file's

@@ -197,3 +197,25 @@ def test_each_file_is_verified_and_decoded_once_per_process(
     # `harness refs verify` re-hashes every file, memo or not.
     assert any("does not match the manifest" in line for line in store.verify())
     assert VERIFIED.hashed - before == len(entry.files) + 1
+
+
+def test_reference_file_or_folder_linked_from_outside_is_refused(
+    make_run: MakeRun, store_root: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    _bless_all(make_run, store_root)
+    entry = ReferenceStore(store_root).lookup("t2va", "video", ["any"])
+    frame = store_root / entry.files[0].path
+    outside = tmp_path / "outside.png"
+    shutil.move(frame, outside)
+    frame.symlink_to(outside)  # same bytes, same hash: only where it lies is wrong
+    with pytest.raises(ReferenceStoreError, match="outside the store"):
+        ReferenceStore(store_root).load_video(entry, [0])
+    frame.unlink()
+    shutil.move(outside, frame)
+    folder = frame.parent
+    shutil.move(folder, tmp_path / "folder")
+    folder.symlink_to(tmp_path / "folder", target_is_directory=True)
+    with pytest.raises(ReferenceStoreError, match="outside the store"):
+        ReferenceStore(store_root).load_video(entry, [1])
