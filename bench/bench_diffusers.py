@@ -17,13 +17,18 @@ pipeline call (the issue's bar: at most 10 %) and of the plain attempt. The work
 per-attempt protocol and isolation cost (about 3 ms, ``bench/bench_runner.py``) is in
 neither side.
 
-    python bench/bench_diffusers.py [--rounds 10] [--steps N]
+    python bench/bench_diffusers.py [--rounds 10] [--steps N] [--profile]
+
+``--profile`` instead runs one warm attempt of each case under cProfile and prints where it
+spent its time (``-s cumtime``, harness and scenario code only).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
+import pstats
 import statistics
 import sys
 import tempfile
@@ -183,6 +188,19 @@ def bench(case: Case, rounds: int, out: Path, steps: int | None = None) -> None:
     )
 
 
+def profile(case: Case, out: Path, lines: int = 40) -> None:
+    """One attempt after a warm-up, under cProfile, sorted by cumulative time."""
+    harness_attempt(case, out, 0)
+    prof = cProfile.Profile()
+    prof.enable()
+    harness_attempt(case, out, 1)
+    prof.disable()
+    print(f"===== {case.id}: one warm attempt")
+    pstats.Stats(prof, stream=sys.stdout).sort_stats("cumtime").print_stats(
+        r"(harness|diffusers_scenarios)/", lines
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -193,12 +211,18 @@ def main() -> None:
         type=int,
         help="denoising steps instead of the cases' 2, to see how the fixed cost amortizes",
     )
+    parser.add_argument(
+        "--profile", action="store_true", help="profile one warm attempt of each case instead"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     cases = load_file(REPO / "cases" / "diffusers" / "pipeline.toml")
     with tempfile.TemporaryDirectory(prefix="bench-diffusers-") as tmp:
         for case in cases:
-            bench(case, args.rounds, Path(tmp), args.steps)
+            if args.profile:
+                profile(case, Path(tmp))
+            else:
+                bench(case, args.rounds, Path(tmp), args.steps)
 
 
 if __name__ == "__main__":
