@@ -82,7 +82,7 @@ class ReferenceStore:
     def manifest(self) -> Manifest:
         """The parsed manifest, read on first use (so a bad one fails the check that needs it)."""
         if self._manifest is None:
-            self._manifest = read_manifest(self.root)
+            self._manifest = _read_manifest(self.root)
         return self._manifest
 
     @property
@@ -283,6 +283,26 @@ class ReferenceStore:
                     f"(sha256 {file_sha256(path)}); remove it or bless it"
                 )
         return problems
+
+
+# Parsed manifests by the manifest file's (path, size, mtime_ns): every attempt of a worker opens
+# a store, and parsing the same JSON each time was a few ms per attempt. A rewritten manifest
+# (bless) has a new key and is parsed again.
+_MANIFESTS: dict[FileKey, Manifest] = {}
+
+
+def _read_manifest(root: Path) -> Manifest:
+    try:
+        key = file_key((root / MANIFEST_NAME).resolve())
+    except OSError:
+        return read_manifest(root)  # missing or unreadable: its own message
+    manifest = _MANIFESTS.get(key)
+    if manifest is None:
+        manifest = read_manifest(root)
+        if len(_MANIFESTS) >= 64:
+            _MANIFESTS.clear()
+        _MANIFESTS[key] = manifest
+    return manifest
 
 
 def _read_tensor(path: Path) -> np.ndarray:

@@ -1,5 +1,5 @@
 """Reference files verified once per process: SHA-256 and decoded content, keyed by the file's
-resolved path, size and modification time (ns).
+resolved path, size and modification time (ns), plus its change time and inode.
 
 A worker runs many attempts that compare with the same references. Re-hashing and re-decoding
 every PNG per attempt was most of the checks' time; a file's bytes cannot change without its
@@ -27,13 +27,15 @@ from harness.references.manifest import file_sha256
 
 __all__ = ["VERIFIED", "FileKey", "VerifiedFiles", "file_key"]
 
-FileKey = tuple[str, int, int]
+FileKey = tuple[str, int, int, int, int]
 
 
 def file_key(resolved: Path) -> FileKey:
-    """``(path, size, mtime_ns)`` of an already resolved path (``OSError`` if it is gone)."""
+    """``(path, size, mtime_ns, ctime_ns, inode)`` of an already resolved path (``OSError`` if
+    it is gone). ctime and inode are in it too: a file replaced by rename (as the harness
+    writes) gets a new inode even within one tick of the file system's clock."""
     st = os.stat(resolved)
-    return (str(resolved), st.st_size, st.st_mtime_ns)
+    return (str(resolved), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
 def _unchanged(key: FileKey) -> bool:

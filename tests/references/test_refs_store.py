@@ -219,3 +219,17 @@ def test_reference_file_or_folder_linked_from_outside_is_refused(
     folder.symlink_to(tmp_path / "folder", target_is_directory=True)
     with pytest.raises(ReferenceStoreError, match="outside the store"):
         ReferenceStore(store_root).load_video(entry, [1])
+
+
+def test_a_rewritten_manifest_is_read_again_by_the_next_store(
+    make_run: MakeRun, store_root: Path
+) -> None:
+    _bless_all(make_run, store_root)
+    first = ReferenceStore(store_root).manifest
+    assert ReferenceStore(store_root).manifest is first  # parsed once per process
+    bless(make_run("r2", {"other": {"video": ("video", video(1), {})}}), store_root, reason="r")
+    again = ReferenceStore(store_root)
+    assert again.manifest is not first
+    np.testing.assert_array_equal(
+        again.load_video(again.lookup("other", "video", ["any"])), video(1)
+    )
