@@ -171,6 +171,23 @@ def leave_daemons(pidfile):
     subprocess.run([sys.executable, "-c", DAEMON, pidfile + ".daemon"], check=True)
     Path(pidfile).write_text(str(sleeper.pid))
 
+class _Cycle:
+    def __init__(self):
+        self.me = self  # only the cyclic collector can free it
+        self.blob = bytearray(1 << 16)
+
+_LEFT = []
+
+def cycles_leave():
+    import gc, weakref
+    nodes = [_Cycle() for _ in range(200)]
+    gc.collect()  # alive here, so promoted to the oldest generation: only a full collection frees them
+    _LEFT[:] = [weakref.ref(n) for n in nodes]
+
+def cycles_observe():
+    alive = sum(r() is not None for r in _LEFT)
+    assert _LEFT and not alive, f"{alive} of {len(_LEFT)} cycles the case before left are still in memory"
+
 def frozen_heap():
     import gc
     # What the worker imported before its first attempt (torch, numpy) is frozen: a full
