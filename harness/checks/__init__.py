@@ -21,6 +21,7 @@ from harness.checks.latency import budget_checks
 from harness.checks.notes import note_check
 from harness.checks.quality import QUALITY_METRICS
 from harness.checks.quality import evaluate as evaluate_quality
+from harness.metrics.audio import shared_alignment
 from harness.model import Attempt, Case, CheckResult, CheckSpec
 from harness.platforms.policy import Policy
 from harness.references.store import ReferenceStore
@@ -84,6 +85,32 @@ def evaluate_attempt_checks(
     why the platform is simulated (None when it is real): checks with ``needs_device`` are then
     not run, and say so.
     """
+    with shared_alignment():  # the audio checks of one output align it once
+        return _attempt_checks(
+            case,
+            platform_chain=platform_chain,
+            outputs=outputs,
+            arrays=arrays,
+            notes=notes,
+            references_root=references_root,
+            ran=ran,
+            threshold_chain=threshold_chain,
+            simulated=simulated,
+        )
+
+
+def _attempt_checks(
+    case: Case,
+    *,
+    platform_chain: Sequence[str],
+    outputs: Mapping[str, Mapping[str, Any]],
+    arrays: Mapping[str, Any],
+    notes: Mapping[str, Any],
+    references_root: str | None,
+    ran: bool,
+    threshold_chain: Sequence[str] | None,
+    simulated: str | None,
+) -> list[CheckResult]:
     chain = tuple(threshold_chain) if threshold_chain is not None else tuple(platform_chain)
     results = finiteness_checks(outputs)
     store = None

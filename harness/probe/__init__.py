@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +35,7 @@ from harness.probe.content import (
     _file_nonfinite,
     _is_pathlike,
     content_hash,
+    copy_hashed,
     describe,
     hash_input,
     sources_nonfinite,
@@ -249,15 +249,17 @@ def output(
         # Suffix-less files get ".bin", so every file name keeps exactly one dotted suffix.
         dst = _claim(rec, name, src.suffix or ".bin")
         if dst is not None:
-            shutil.copyfile(src, dst)
+            digest, size = copy_hashed(src, dst)
+        else:
+            digest, size = _file_hash(src), src.stat().st_size
         stored = dst or src
         names = [encoded_from] if isinstance(encoded_from, str) else list(encoded_from)
         from_arrays = sources_nonfinite(stored, names, rec.outputs)
         nonfinite, why = _file_nonfinite(stored) if from_arrays is None else from_arrays[:2]
         entry: dict[str, Any] = {
             "kind": str(meta.get("kind", "file")),
-            "hash": _file_hash(stored),
-            "bytes": stored.stat().st_size,
+            "hash": digest,
+            "bytes": size,
             "nonfinite": nonfinite,
             "meta": clean_meta,
             "path": str(stored),

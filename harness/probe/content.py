@@ -6,6 +6,7 @@ are imported inside the functions that need them (torch only if the target alrea
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -84,7 +85,10 @@ def _where(x: Any) -> dict[str, str]:
 
 def content_hash(x: Any) -> str:
     """Hash of a tensor's or array's content, dtype and shape (not of any file it came from)."""
-    raw, dtype, shape = _raw_bytes(x)
+    return _hash_raw(*_raw_bytes(x))
+
+
+def _hash_raw(raw: Any, dtype: str, shape: tuple[int, ...]) -> str:
     h = _hasher()
     h.update(f"{dtype}{list(shape)}".encode())
     h.update(memoryview(raw))
@@ -105,16 +109,26 @@ def _describe(x: Any) -> tuple[dict[str, Any], Any]:
     import numpy as np
 
     a = _as_numpy(x)
-    nonfinite = _nonfinite(a)
     lo = hi = mean = None
+    nonfinite = 0
     if a.size and a.dtype.kind in "biuf":
-        vals = a[np.isfinite(a)] if nonfinite else a
-        if vals.size:
-            lo, hi = float(vals.min()), float(vals.max())
-            mean = float(vals.mean(dtype=np.float64))
-    _, dtype, shape = _raw_bytes(x)
+        lo, hi = float(a.min()), float(a.max())
+        # NaN propagates through min and max and an Inf is one of them: finite extremes mean
+        # every value is finite, and the array needs no isfinite pass.
+        if a.dtype.kind == "f" and not (math.isfinite(lo) and math.isfinite(hi)):
+            nonfinite = _nonfinite(a)
+            vals = a[np.isfinite(a)]
+            lo = hi = None
+            if vals.size:
+                lo, hi = float(vals.min()), float(vals.max())
+                mean = float(vals.mean(dtype=np.float64))
+        else:
+            mean = float(a.mean(dtype=np.float64))
+    else:
+        nonfinite = _nonfinite(a)
+    raw, dtype, shape = _raw_bytes(x)
     info = {
-        "hash": content_hash(x),
+        "hash": _hash_raw(raw, dtype, shape),
         "dtype": dtype,
         "shape": list(shape),
         "nonfinite": nonfinite,
@@ -160,6 +174,19 @@ def _file_hash(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return _hash_prefix() + h.hexdigest()
+
+
+def copy_hashed(src: Path, dst: Path) -> tuple[str, int]:
+    """Copy ``src`` to ``dst``, hashing the bytes as they pass: ``(hash, size)`` of what was
+    written (one read of the file, not a copy and then a second read to hash it)."""
+    h = _hasher()
+    size = 0
+    with src.open("rb") as fin, dst.open("wb") as fout:
+        for chunk in iter(lambda: fin.read(1 << 20), b""):
+            h.update(chunk)
+            fout.write(chunk)
+            size += len(chunk)
+    return _hash_prefix() + h.hexdigest(), size
 
 
 def hash_input(data: Any) -> str:

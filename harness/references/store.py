@@ -77,6 +77,9 @@ class ReferenceStore:
         self._manifest: Manifest | None = None
         self._root_resolved: Path | None = None
         self._folders: dict[Path, Path] = {}
+        # What this store (one attempt's checks) already loaded: SSIM, PSNR and MAE of one
+        # output read the same frames once, not once per check.
+        self._loaded: dict[tuple[Any, ...], Any] = {}
 
     @property
     def manifest(self) -> Manifest:
@@ -184,6 +187,9 @@ class ReferenceStore:
                 f"0..{n - 1}"
             )
         wanted = list(range(n)) if frames is None else [int(i) for i in frames]
+        memo = ("video", entry.key, frames is None, tuple(wanted))
+        if memo in self._loaded:
+            return self._loaded[memo]  # type: ignore[no-any-return]
         missing = [i for i in wanted if i not in by_index]
         if missing:
             raise ReferenceStoreError(
@@ -201,9 +207,10 @@ class ReferenceStore:
                 )
             arrays.append(a)
         video = np.stack(arrays)
-        if frames is None and entry.kind == "image":
-            return video[0]
-        return video
+        video.flags.writeable = False  # shared by every check of this store
+        result = video[0] if frames is None and entry.kind == "image" else video
+        self._loaded[memo] = result
+        return result
 
     def load_audio(self, entry: ReferenceEntry) -> tuple[np.ndarray, int]:
         """PCM of an ``audio`` entry as float32 (the shape it was blessed) and its sample rate."""

@@ -181,12 +181,12 @@ _LEFT = []
 def cycles_leave():
     import gc, weakref
     nodes = [_Cycle() for _ in range(200)]
-    gc.collect()  # alive here, so promoted to the oldest generation: only a full collection frees them
+    gc.collect()  # alive here, so now in the oldest generation: only a full collection frees them
     _LEFT[:] = [weakref.ref(n) for n in nodes]
 
 def cycles_observe():
     alive = sum(r() is not None for r in _LEFT)
-    assert _LEFT and not alive, f"{alive} of {len(_LEFT)} cycles the case before left are still in memory"
+    assert _LEFT and not alive, f"{alive} of {len(_LEFT)} cycles of the case before are still alive"
 
 def frozen_heap():
     import gc
