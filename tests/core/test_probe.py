@@ -328,3 +328,29 @@ def test_a_bf16_safetensors_input_hashes_its_tensors_not_its_bytes(tmp_path: Pat
     t["w"][0, 0] = 1.0
     save_file(t, str(b))
     assert probe.hash_input(a) != probe.hash_input(b)
+
+
+def test_a_file_output_is_copied_byte_for_byte_with_the_hash_of_its_bytes(
+    rec: Any, tmp_path: Path
+) -> None:
+    src = tmp_path / "blob.bin"
+    src.write_bytes(os.urandom(3 << 20))  # three read chunks
+    probe.output("blob", src)
+    entry = rec.outputs["blob"]
+    stored = Path(entry["path"])
+    assert stored != src and stored.read_bytes() == src.read_bytes()
+    assert entry["bytes"] == src.stat().st_size
+    assert entry["hash"] == probe.hash_input(src.read_bytes())
+
+
+def test_fingerprint_counts_nan_and_inf_and_takes_extremes_of_the_finite_rest(rec: Any) -> None:
+    for name, values, want in [
+        ("finite", [1.5, -2.0, 4.0], (0, -2.0, 4.0)),
+        ("nan", [1.0, float("nan"), 3.0], (1, 1.0, 3.0)),
+        ("inf", [float("inf"), 1.0, -float("inf")], (2, 1.0, 1.0)),
+        ("all-nan", [float("nan")] * 2, (2, None, None)),
+    ]:
+        for x in (np.array(values, np.float32), torch.tensor(values, dtype=torch.bfloat16)):
+            probe.fingerprint(name, x)
+            got = rec.fingerprints[name]
+            assert (got["nonfinite"], got["min"], got["max"]) == want, (name, x.dtype)

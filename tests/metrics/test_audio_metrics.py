@@ -165,3 +165,35 @@ def test_audio_lag_is_measured_in_milliseconds(rng: np.random.Generator) -> None
         assert ms == pytest.approx(1000.0 * shift / SR), shift
     with pytest.raises(ValueError, match="sample rate"):
         metrics.get("audio_lag_ms")().update(target, target)
+
+
+def test_shared_alignment_correlates_a_pair_once_and_changes_no_value(
+    rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harness.metrics import audio
+
+    target = rng.standard_normal((2, 6000)) * 0.1
+    pred = delayed(target, 30) + rng.standard_normal(target.shape) * 1e-3
+    other = delayed(target, 90)
+
+    def all_three(p: np.ndarray) -> tuple[float, float, float]:
+        return (
+            metrics.audio_snr(p, target, max_lag=800),
+            metrics.audio_lsd(p, target, max_lag=800),
+            metrics.audio_lag_ms(p, target, sample_rate=SR),  # a wider window, same correlation
+        )
+
+    alone = all_three(pred), all_three(other)
+    calls: list[int] = []
+    real = signal.correlate
+    monkeypatch.setattr(signal, "correlate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    with audio.shared_alignment():
+        shared = all_three(pred), all_three(other)
+        assert len(calls) == 2  # one per pair of clips, not one per metric
+        changed = pred.copy()
+        changed[:, 100] += 0.5  # other content, other correlation
+        assert all_three(changed) != shared[0]
+        assert len(calls) == 3
+    assert shared == alone
+    all_three(pred)
+    assert len(calls) == 3 + 3  # outside the block nothing is kept

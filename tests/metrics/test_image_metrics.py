@@ -163,3 +163,15 @@ def test_ssim_threads_agree_and_torch_setting_is_restored(
     parallel = metrics.ssim(test, ref, workers=3)
     np.testing.assert_array_equal(serial, parallel)
     assert torch.get_num_threads() == before
+
+
+def test_ssim_of_many_small_frames_in_batches_matches_skimage(rng: np.random.Generator) -> None:
+    # 32x48 RGB frames go 24 to a batch: 40 frames make two batches, the second one short.
+    ref = rng.integers(0, 256, (40, 32, 48, 3), dtype=np.uint8)
+    noise = rng.integers(-20, 21, ref.shape) * (np.arange(40)[:, None, None, None] % 7)
+    test = np.clip(ref.astype(np.int64) + noise, 0, 255).astype(np.uint8)
+    expected = np.array([sk_ssim(test[i], ref[i]) for i in range(len(ref))])
+    for workers in (1, 2):
+        ours = metrics.ssim(test, ref, workers=workers)
+        np.testing.assert_allclose(ours, expected, atol=SSIM_TOL, rtol=0)
+    assert np.all(np.diff(expected[:7]) < 0)  # more noise, lower SSIM: frames stay in order

@@ -178,6 +178,10 @@ def test_each_file_is_verified_and_decoded_once_per_process(
     second = store.load_video(entry, [0, 1])  # e.g. a second check on the same attempt
     assert VERIFIED.hashed - before == len(entry.files)  # not once per check
     np.testing.assert_array_equal(second, first[[0, 1]])
+    # One store (one attempt's checks) loads an entry once; what it hands out is read-only.
+    assert store.load_video(entry) is first
+    with pytest.raises(ValueError):
+        first[0, 0, 0, 0] = 1
     cached = store._read(entry.files[0], "png", lambda p: None)  # served from the memo
     with pytest.raises(ValueError):  # read-only: a check cannot alter the next one's reference
         cached[0, 0, 0] = 1
