@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.cases import PlanItem
-from harness.errors import ProfileError, WorkerError
+from harness.errors import WorkerError
+from harness.execution.devices import DeviceAssignment
 from harness.execution.pool import (
     ProtocolViolation,
     WorkerCrashed,
@@ -35,7 +36,6 @@ from harness.fsio import slug
 from harness.model import Attempt, Case, ErrorInfo, Side
 from harness.platforms import check, resolve_identity
 from harness.platforms.base import Identity
-from harness.platforms.devices import check_device_count, count_devices, device_slot
 from harness.platforms.policy import Policy, apply_quality, threshold_chain
 from harness.platforms.policy import resolve as resolve_policy
 from harness.platforms.profile import Profile
@@ -92,13 +92,9 @@ class Executor:
         self.identities: dict[tuple[str, str], Mapping[str, Any] | None] = {}
         self.policies: dict[str, Policy] = {}
         self.infra_errors: list[str] = []
-        # Device assignment: worker group (side, platform) -> its slot, and what the check of
-        # the profile's device_count against this machine said.
-        self._slots: dict[tuple[str, str], int] = {}
-        # the device slot of each platform: base and head of a comparison share it, so the
-        # two sides of a same-runner comparison run on the same device, never two of them
-        self._platform_slots: dict[str, int] = {}
-        self.device_check: str | None = None
+        self.devices = DeviceAssignment(profile)
+        # (side, platform, case id) -> the policy record prepare() made for the case's result
+        self._records: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
 
     # -- workers -------------------------------------------------------------------------------
 
@@ -125,66 +121,18 @@ class Executor:
             python=s.python,
             cwd=s.cwd,
             side=side,
-            devices=self.devices_of(side, platform),
+            devices=self.devices.devices_of(side, platform),
             start_timeout_s=self.policy(platform).worker_start_s,
             **kw,
         )
 
-    def devices_of(self, side: Side, platform: str) -> tuple[int, ...]:
-        """The device the worker group (side, platform) owns: only the profile's platform is
-        pinned, and only when the profile has a ``device_count``; platforms take slots in the
-        order they are first needed (see :mod:`harness.platforms.devices`), and the base and
-        head workers of one platform share its device (they never run at the same time)."""
-        prof = self.profile
-        if prof.device_count < 1 or platform != prof.platform:
-            return ()
-        slot = self._platform_slots.setdefault(platform, len(self._platform_slots))
-        self._slots.setdefault((side, platform), slot)
-        device = device_slot(slot, prof.device_count, os.environ)
-        return () if device is None else (device,)
-
     def check_devices(self, platforms: Iterable[str]) -> None:
-        """Check the profile's ``device_count`` against this machine before any work, when the
-        plan runs on the profile's platform and the profile shares out several devices.
-
-        Counted in an unpinned interpreter of the first side; a simulated platform is not
-        checked (said so); a real one with fewer devices raises a ProfileError naming the
-        profile file and the key. A ``device_count`` of 1 needs no count: the platform probe
-        of the first attempt says whether the device is there.
-        """
-        prof = self.profile
-        if self.device_check is not None or prof.platform not in set(platforms):
-            return
-        if prof.device_count < 2:
-            return
+        """Check the profile's ``device_count`` against this machine before any work
+        (:meth:`DeviceAssignment.check_machine`, in an interpreter of the first side)."""
         side = next(iter(self.sides.values()))
-        env = dict(os.environ)
-        paths = [*side.code_roots, env.get("PYTHONPATH", "")]
-        env["PYTHONPATH"] = os.pathsep.join(x for x in paths if x)
-        found = count_devices(prof.platform, python=side.python, env=env)
-        ok, msg = check_device_count(prof.source, prof.platform, prof.device_count, found)
-        self.device_check = msg
-        self.say(msg)
-        if not ok:
-            raise ProfileError(msg)
-
-    def _device_record(self, side: Side) -> dict[str, Any]:
-        """What the environment record says about devices: the profile's count, the check,
-        and the device each worker group of this side was pinned to."""
-        prof = self.profile
-        pins = {
-            plat: WorkerSpec(plat, devices=self.devices_of(s, plat))
-            .pin_env()
-            .get("HARNESS_DEVICES")
-            for (s, plat) in self._slots
-            if s == side
-        }
-        return {
-            "profile_platform": prof.platform,
-            "device_count": prof.device_count,
-            "check": self.device_check,
-            "pinned": pins,
-        }
+        self.devices.check_machine(
+            platforms, code_roots=side.code_roots, python=side.python, say=self.say
+        )
 
     def policy(self, platform: str) -> Policy:
         """The platform policy of ``platform`` on this run's runner class (resolved once)."""
@@ -210,6 +158,7 @@ class Executor:
         )
         case = replace(case, timeout_s=case.timeout_s * pol.attempt_scale)
         record = {**pol.to_json(), **{k: d.to_json() for k, d in sorted(quality.items())}}
+        self._records[(side, item.platform, item.case.id)] = record
         return case, record
 
     def judging(self, side: Side, item: PlanItem) -> dict[str, Any]:
@@ -220,7 +169,8 @@ class Executor:
             "simulated": self.simulated.get(key),
             "identity": self.identities.get(key),
             "policy": self.policy(item.platform),
-            "policy_record": self.prepare(side, item)[1],
+            "policy_record": self._records.get((side, item.platform, item.case.id))
+            or self.prepare(side, item)[1],
         }
 
     def _platform(self, side: Side, platform: str, *, fresh: bool = False) -> None:
@@ -268,17 +218,9 @@ class Executor:
                 f"platform {platform}: {reason}; runs on the CPU presenting {platform}{shown}; "
                 "results labelled simulated"
             )
-        prof = self.profile
-        if self.device_check is None and platform == prof.platform and prof.device_count >= 1:
-            where = prof.source or "the runner profile"
-            self.device_check = (
-                f"{where}: device_count = {prof.device_count} not checked: {platform} is "
-                f"simulated here ({detail})"
-                if not ok
-                else f"{where}: device_count = {prof.device_count}: {platform} is here ({detail})"
-            )
-            if not ok:
-                self.say(self.device_check)
+        line = self.devices.probed(platform, ok, detail)
+        if line is not None:
+            self.say(line)
 
     def _probe_side(self, side: Side, platform: str, handle: WorkerHandle) -> None:
         """Environment (once per side)."""
@@ -298,7 +240,7 @@ class Executor:
             self.env[side] = env
             self.env_seconds += time.perf_counter() - t0
         if side in self.env and "error" not in self.env[side]:
-            self.env[side]["device_assignment"] = self._device_record(side)
+            self.env[side]["device_assignment"] = dict(self.devices.record(side))
 
     # -- one attempt ---------------------------------------------------------------------------
 
