@@ -79,7 +79,7 @@ def shared_alignment() -> Iterator[None]:
 
 def _digest(a: np.ndarray) -> str:
     h = hashlib.blake2b(f"{a.dtype}{a.shape}".encode(), digest_size=16)
-    h.update(memoryview(np.ascontiguousarray(a)).cast("B"))
+    h.update(np.ascontiguousarray(a).data.cast("B"))
     return h.hexdigest()
 
 

@@ -77,10 +77,14 @@ class ShardInfo:
     digest: str
     by: str
     plan: tuple[PlannedCase, ...]
+    # One xdist worker's part of its shard (``gw0``...): ``pytest -n K --harness-shard i/N``
+    # writes one report per worker, and the merge joins the parts of one shard.
+    part: str | None = None
 
     @property
     def label(self) -> str:
-        return f"{self.index}/{self.count}" if self.index is not None else f"all/{self.count}"
+        where = f"{self.index}/{self.count}" if self.index is not None else f"all/{self.count}"
+        return f"{where} ({self.part})" if self.part else where
 
     def planned(self, index: int | None = None) -> tuple[PlannedCase, ...]:
         """The planned cases of shard ``index`` (default: this report's shard; all if merged)."""
@@ -88,11 +92,13 @@ class ShardInfo:
         return tuple(p for p in self.plan if want is None or p.shard == want)
 
     def to_json(self) -> dict[str, Any]:
+        part = {"part": self.part} if self.part else {}
         return {
             "index": self.index,
             "count": self.count,
             "plan_digest": self.digest,
             "by": self.by,
+            **part,
             "plan": [p.to_json() for p in self.plan],
         }
 
@@ -104,6 +110,7 @@ class ShardInfo:
             digest=d["plan_digest"],
             by=d.get("by", "case"),
             plan=tuple(PlannedCase.from_json(p) for p in d.get("plan", [])),
+            part=d.get("part"),
         )
 
 

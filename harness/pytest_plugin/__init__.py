@@ -289,6 +289,8 @@ class _BatchState:
         self.report: RunReport | None = None
 
     def _make_runner(self) -> Runner:
+        from dataclasses import replace
+
         from harness.execution.run import Runner, RunOptions, new_run_id
         from harness.platforms.profile import resolve_profile
 
@@ -300,6 +302,9 @@ class _BatchState:
             [str(root / "targets" / "tinyav")] if (root / "targets" / "tinyav").is_dir() else []
         )
         refs = _opt_path(config, "harness_references", "references")
+        shard = config.stash.get(SHARD_KEY, None)
+        if shard is not None and worker_id:
+            shard = replace(shard, part=worker_id)  # each xdist worker reports its part
         return Runner(
             RunOptions(
                 profile=resolve_profile(config.getoption("harness_runner"), root / "runners"),
@@ -311,7 +316,7 @@ class _BatchState:
                 cwd=str(root),
                 write_latest=worker_id is None,
                 fail_fast=bool(config.getoption("harness_fail_fast")),
-                shard=config.stash.get(SHARD_KEY, None),
+                shard=shard,
             )
         )
 

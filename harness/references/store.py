@@ -189,7 +189,7 @@ class ReferenceStore:
         wanted = list(range(n)) if frames is None else [int(i) for i in frames]
         memo = ("video", entry.key, frames is None, tuple(wanted))
         if memo in self._loaded:
-            return self._loaded[memo]  # type: ignore[no-any-return]
+            return self._loaded[memo]
         missing = [i for i in wanted if i not in by_index]
         if missing:
             raise ReferenceStoreError(

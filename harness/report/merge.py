@@ -63,15 +63,22 @@ def _check_consistent(shards: Sequence[tuple[str, RunReport]]) -> list[tuple[str
             "be run with the same cases, -k, platforms, --shards count, --shard-by and "
             "--durations"
         )
-    seen: dict[int, str] = {}
+    # A shard is one report, or the parts one pytest-xdist worker each wrote of it (distinct
+    # `part`s); a shard given twice, or a whole shard next to a part of it, is refused.
+    seen: dict[int, list[tuple[str, ShardInfo]]] = {}
     for path, info in infos:
         assert info.index is not None
-        if info.index in seen:
+        given = seen.setdefault(info.index, [])
+        for other_path, other in given:
+            if other.part is not None and info.part is not None and other.part != info.part:
+                continue  # two xdist workers' parts of one shard
+            mixed = (other.part is None) != (info.part is None)
             raise InputError(
-                f"merge: shard {info.label} given twice: {seen[info.index]} and {path}"
+                f"merge: shard {info.label} given twice: {other_path} and {path}"
+                + (" (a whole shard and one xdist worker's part of it)" if mixed else "")
             )
-        seen[info.index] = path
-    return sorted(infos, key=lambda pi: pi[1].index or 0)
+        given.append((path, info))
+    return sorted(infos, key=lambda pi: (pi[1].index or 0, pi[1].part or ""))
 
 
 def _shard_cases(
@@ -120,11 +127,11 @@ def merge_reports(
     owner: dict[str, str] = {}
     results: dict[str, CaseResult] = {}
     missing_of: dict[str, MissingCase] = {}
-    present: dict[int, tuple[str, RunReport]] = {}
+    present: dict[int, list[tuple[str, RunReport]]] = {}  # shard -> its report, or its parts
     for path, info in infos:
         report = reports[path]
         assert info.index is not None
-        present[info.index] = (path, report)
+        present.setdefault(info.index, []).append((path, report))
         reported = _shard_cases(path, report, info, owner)
         owner.update(dict.fromkeys(reported, path))
         results.update(reported)
@@ -148,17 +155,17 @@ def merge_reports(
         elif p.name in missing_of:
             missing.append(missing_of[p.name])
         else:
-            path, report = present[p.shard]
-            why = " (that shard was interrupted)" if report.interrupted else ""
-            missing.append(
-                _missing(
-                    p,
-                    f"shard {p.shard}/{first.count} report ({path}) has no result for it{why}",
-                    "not_reported",
-                )
+            parts = present[p.shard]
+            why = " (that shard was interrupted)" if any(r.interrupted for _, r in parts) else ""
+            where = (
+                f"report ({parts[0][0]}) has"
+                if len(parts) == 1
+                else f"reports ({', '.join(path for path, _ in parts)}) have"
             )
+            reason = f"shard {p.shard}/{first.count} {where} no result for it{why}"
+            missing.append(_missing(p, reason, "not_reported"))
 
-    ordered = [present[i] for i in sorted(present)]
+    ordered = [pr for i in sorted(present) for pr in present[i]]
     runners = sorted({r.runner for _, r in ordered})
     budgets = [r.budget_s for _, r in ordered if r.budget_s is not None]
     load_errors = list(dict.fromkeys(e for _, r in ordered for e in r.load_errors))
@@ -182,7 +189,8 @@ def merge_reports(
         missing=tuple(missing),
         merged_from=tuple(
             MergedShard(index, r.run_id, path, r.runner, r.interrupted)
-            for index, (path, r) in sorted(present.items())
+            for index, parts in sorted(present.items())
+            for path, r in parts
         ),
     )
 

@@ -155,12 +155,13 @@ def test_bad_shard_specs_are_one_line_usage_errors(project: Path) -> None:
     assert not (project / "reports").exists()  # nothing run, nothing written
 
 
-def test_pytest_shards_merge_like_harness_run(project: Path) -> None:
+@pytest.mark.parametrize("xdist", [("-p", "no:xdist"), ("-n", "2")], ids=["serial", "xdist"])
+def test_pytest_shards_merge_like_harness_run(project: Path, xdist: tuple[str, str]) -> None:
     def pytest_shard(spec: str, out: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [
                 sys.executable, "-m", "pytest", str(REPO / "harness"), "-p", "no:cacheprovider",
-                "-p", "no:xdist", f"--rootdir={project}", "--harness-cases", "cases",
+                *xdist, f"--rootdir={project}", "--harness-cases", "cases",
                 "--harness-code-root", str(TINYAV), "--harness-out", out, "--harness-shard", spec,
             ],
             cwd=project, capture_output=True, text=True, timeout=300, check=False,
@@ -168,10 +169,16 @@ def test_pytest_shards_merge_like_harness_run(project: Path) -> None:
 
     one, two = pytest_shard("1/2", "p1"), pytest_shard("2/2", "p2")
     assert one.returncode == 0 and two.returncode == 0, one.stdout + two.stdout
+    runs = [d.name for out in ("p1", "p2") for d in (project / out).iterdir() if not d.is_symlink()]
+    # With xdist each worker that ran cases reports its part of the shard; merge joins them.
+    assert len(runs) > 2 if xdist[0] == "-n" else len(runs) == 2, runs
     merged = harness_cli(project, "merge", "p1", "p2", "--out", "m")
     assert merged.returncode == 0, merged.stderr
     report = read_report(project / "m")
     assert len(report.cases) == 13 and report.missing == ()
+    assert sorted(Path(m.path).name for m in report.merged_from) == sorted(runs)
+    if xdist[0] == "-n":
+        return
 
     bad = pytest_shard("3/2", "p3")
     assert bad.returncode == 4  # pytest's usage error

@@ -172,3 +172,55 @@ def test_only_shard_reports_merge(which: str) -> None:
     with pytest.raises(InputError, match=says) as info:
         merge_reports([("ci/odd", report)])
     assert "ci/odd" in str(info.value)
+
+
+def parts_of(plan: ShardPlan, index: int) -> tuple[RunReport, RunReport]:
+    """Shard ``index`` as two pytest-xdist workers report it: each its own cases, its part."""
+    whole = shard_report(plan, index)
+    info = whole.shard
+    assert info is not None
+    return tuple(  # type: ignore[return-value]
+        dataclasses.replace(
+            whole,
+            run_id=f"shard{index}-{gw}",
+            cases=whole.cases[n::2],
+            shard=dataclasses.replace(info, part=gw),
+        )
+        for n, gw in enumerate(("gw0", "gw1"))
+    )
+
+
+def test_the_xdist_parts_of_a_shard_merge_into_it(tmp_path: Path) -> None:
+    plan = the_plan(count=2)
+    gw0, gw1 = parts_of(plan, 1)
+    assert gw0.cases and gw1.cases  # both workers ran something
+    shards = [
+        ("ci/1-gw0", written(tmp_path / "a", gw0)),  # the part survives the schema and reader
+        ("ci/1-gw1", gw1),
+        ("ci/2", shard_report(plan, 2)),
+    ]
+    merged = merge_reports(shards)
+    assert [c.id for c in merged.cases] == [p.id for p in plan.info(1).plan]
+    assert merged.missing == () and exit_code(merged) == 0
+    assert [(m.index, m.path) for m in merged.merged_from] == [
+        (1, "ci/1-gw0"),
+        (1, "ci/1-gw1"),
+        (2, "ci/2"),
+    ]
+    # A lost part: its cases are missing, named with the parts that were found.
+    merged = merge_reports([shards[0], shards[2]])
+    assert [m.id for m in merged.missing] == [c.id for c in gw1.cases]
+    assert all(
+        m.cause == "not_reported" and "shard 1/2 report (ci/1-gw0) has no result" in m.reason
+        for m in merged.missing
+    )
+    assert exit_code(merged) == 3
+
+
+def test_a_part_given_twice_or_next_to_its_whole_shard_is_refused() -> None:
+    plan = the_plan(count=2)
+    gw0, gw1 = parts_of(plan, 1)
+    with pytest.raises(InputError, match=r"shard 1/2 \(gw0\) given twice: ci/a and ci/b$"):
+        merge_reports([("ci/a", gw0), ("ci/b", gw0)])
+    with pytest.raises(InputError, match="a whole shard and one xdist worker's part of it"):
+        merge_reports([("ci/whole", shard_report(plan, 1)), ("ci/part", gw1)])
