@@ -85,67 +85,44 @@ def evaluate_attempt_checks(
     why the platform is simulated (None when it is real): checks with ``needs_device`` are then
     not run, and say so.
     """
-    with shared_alignment():  # the audio checks of one output align it once
-        return _attempt_checks(
-            case,
-            platform_chain=platform_chain,
-            outputs=outputs,
-            arrays=arrays,
-            notes=notes,
-            references_root=references_root,
-            ran=ran,
-            threshold_chain=threshold_chain,
-            simulated=simulated,
-        )
-
-
-def _attempt_checks(
-    case: Case,
-    *,
-    platform_chain: Sequence[str],
-    outputs: Mapping[str, Mapping[str, Any]],
-    arrays: Mapping[str, Any],
-    notes: Mapping[str, Any],
-    references_root: str | None,
-    ran: bool,
-    threshold_chain: Sequence[str] | None,
-    simulated: str | None,
-) -> list[CheckResult]:
-    chain = tuple(threshold_chain) if threshold_chain is not None else tuple(platform_chain)
-    results = finiteness_checks(outputs)
-    store = None
-    for spec in case.checks:
-        if spec.metric in CASE_LEVEL_METRICS:
-            continue
-        if spec.needs_device and simulated:
-            results.append(simulated_skip(spec, chain, simulated))
-            continue
-        if not ran:
-            results.append(_not_run(spec, chain, "the attempt did not pass"))
-            continue
-        if spec.metric.startswith("note."):
-            results.append(note_check(spec, notes, chain))
-            continue
-        if spec.metric not in QUALITY_METRICS:
-            known = sorted({*QUALITY_METRICS, *CASE_LEVEL_METRICS, "note.<key>"})
-            results.append(
-                CheckResult(
-                    spec.name,
-                    spec.metric,
-                    None,
-                    spec.op,
-                    spec.threshold_for(chain),
-                    spec.policy,
-                    passed=False,
-                    reason=f"unknown metric '{spec.metric}' in {case.source} "
-                    f"(known: {', '.join(known)})",
+    with shared_alignment():  # the audio checks of one output share its alignment
+        chain = tuple(threshold_chain) if threshold_chain is not None else tuple(platform_chain)
+        results = finiteness_checks(outputs)
+        store = None
+        for spec in case.checks:
+            if spec.metric in CASE_LEVEL_METRICS:
+                continue
+            if spec.needs_device and simulated:
+                results.append(simulated_skip(spec, chain, simulated))
+                continue
+            if not ran:
+                results.append(_not_run(spec, chain, "the attempt did not pass"))
+                continue
+            if spec.metric.startswith("note."):
+                results.append(note_check(spec, notes, chain))
+                continue
+            if spec.metric not in QUALITY_METRICS:
+                known = sorted({*QUALITY_METRICS, *CASE_LEVEL_METRICS, "note.<key>"})
+                results.append(
+                    CheckResult(
+                        spec.name,
+                        spec.metric,
+                        None,
+                        spec.op,
+                        spec.threshold_for(chain),
+                        spec.policy,
+                        passed=False,
+                        reason=f"unknown metric '{spec.metric}' in {case.source} "
+                        f"(known: {', '.join(known)})",
+                    )
                 )
+                continue
+            if store is None and references_root:
+                store = ReferenceStore(Path(references_root))
+            results.append(
+                evaluate_quality(spec, case, platform_chain, outputs, arrays, store, chain)
             )
-            continue
-        if store is None and references_root:
-            store = ReferenceStore(Path(references_root))
-        results.append(evaluate_quality(spec, case, platform_chain, outputs, arrays, store, chain))
-    return results
+        return results
 
 
 def evaluate_case_checks(

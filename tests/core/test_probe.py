@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +23,6 @@ from harness.fsio import read_array, read_tensors
 from harness.report.schema import validate_report
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def rec(tmp_path: Path) -> Iterator[Any]:
-    """An active recording, as inside an attempt, with an output folder."""
-    recorder = probe._begin(seed=1, platform="cpu", output_dir=tmp_path / "out")
-    try:
-        yield recorder
-    finally:
-        probe._end()
 
 
 def nan_wav(path: Path) -> Path:

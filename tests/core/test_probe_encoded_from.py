@@ -3,7 +3,6 @@ file is only demuxed. Where no such array was recorded, the file is decoded as b
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,16 +11,6 @@ import pytest
 
 from harness import media, probe
 from harness.checks.finite import finiteness_checks
-
-
-@pytest.fixture
-def rec(tmp_path: Path) -> Iterator[Any]:
-    """An active recording, as inside an attempt, with an output folder."""
-    recorder = probe._begin(seed=1, platform="cpu", output_dir=tmp_path / "out")
-    try:
-        yield recorder
-    finally:
-        probe._end()
 
 
 def _mp4(path: Path, with_audio: bool = True) -> tuple[Path, np.ndarray, np.ndarray]:
