@@ -69,28 +69,20 @@ from harness.worker.protocol import AttemptJob  # noqa: E402
 
 
 def plain_ltx2(params: dict[str, Any], seed: int, out: Path) -> float:
-    """The LTX-2 scenario without the harness; returns the seconds of the pipe(...) call."""
+    """The LTX-2 scenario without the harness (its probe calls are no-ops outside an attempt,
+    and no hooks); returns the seconds of the pipe(...) call."""
     pipe = components.build_ltx2(seed, shift=params["shift"])
-    n, h, w = params["num_frames"], params["height"], params["width"]
-    t_r, s_r = pipe.vae_temporal_compression_ratio, pipe.vae_spatial_compression_ratio
-    per_s = (
-        pipe.audio_sampling_rate / pipe.audio_hop_length / pipe.audio_vae_temporal_compression_ratio
-    )
-    gen = torch.Generator().manual_seed(components.component_seed(seed, "latents.video.init"))
-    latents = torch.randn(1, 4, (n - 1) // t_r + 1, h // s_r, w // s_r, generator=gen)
-    gen = torch.Generator().manual_seed(components.component_seed(seed, "latents.audio.init"))
-    audio = torch.randn(1, 2, round(n / params["frame_rate"] * per_s), 2, generator=gen)
-    kwargs = scenarios.ltx2_kwargs(
+    kwargs = scenarios.ltx2_inputs(
+        pipe,
+        seed,
         prompt="a robot dancing in the rain",
         negative_prompt="",
-        height=h,
-        width=w,
-        num_frames=n,
+        height=params["height"],
+        width=params["width"],
+        num_frames=params["num_frames"],
         frame_rate=params["frame_rate"],
         steps=params["steps"],
         guidance_scale=1.0,
-        latents=latents,
-        audio_latents=audio,
     )
     t0 = time.perf_counter()
     result = pipe(**kwargs)
@@ -104,19 +96,16 @@ def plain_ltx2(params: dict[str, Any], seed: int, out: Path) -> float:
 def plain_wan(params: dict[str, Any], seed: int, out: Path) -> float:
     """The Wan scenario without the harness; returns the seconds of the pipe(...) call."""
     pipe = components.build_wan(seed, shift=params["shift"])
-    n, h, w = params["num_frames"], params["height"], params["width"]
-    t_r, s_r = pipe.vae_scale_factor_temporal, pipe.vae_scale_factor_spatial
-    gen = torch.Generator().manual_seed(components.component_seed(seed, "latents.video.init"))
-    latents = torch.randn(1, 16, (n - 1) // t_r + 1, h // s_r, w // s_r, generator=gen)
-    kwargs = scenarios.wan_kwargs(
+    kwargs = scenarios.wan_inputs(
+        pipe,
+        seed,
         prompt="a cat sitting on window sill sunny morning",
         negative_prompt="rain",
-        height=h,
-        width=w,
-        num_frames=n,
+        height=params["height"],
+        width=params["width"],
+        num_frames=params["num_frames"],
         steps=params["steps"],
         guidance_scale=params["guidance_scale"],
-        latents=latents,
     )
     t0 = time.perf_counter()
     result = pipe(**kwargs)

@@ -84,6 +84,53 @@ def _export(frames: np.ndarray, pcm: np.ndarray | None, fps: int, sample_rate: i
         probe.output("mp4", mp4, kind="file", encoded_from=sources)
 
 
+def ltx2_inputs(
+    pipe: Any,
+    seed: int,
+    *,
+    prompt: str,
+    negative_prompt: str,
+    height: int,
+    width: int,
+    num_frames: int,
+    frame_rate: int,
+    steps: int,
+    guidance_scale: float,
+) -> dict[str, Any]:
+    """The keyword arguments of one ``LTX2Pipeline`` call, the initial video and audio noise
+    drawn from ``seed`` (recorded inputs inside an attempt; bench/ calls it outside one)."""
+    t_ratio, s_ratio = pipe.vae_temporal_compression_ratio, pipe.vae_spatial_compression_ratio
+    video_shape = (
+        1,
+        pipe.transformer.config.in_channels,
+        (num_frames - 1) // t_ratio + 1,
+        height // s_ratio,
+        width // s_ratio,
+    )
+    # The pipeline's own audio length rule for a clip of num_frames / frame_rate seconds.
+    per_second = (
+        pipe.audio_sampling_rate / pipe.audio_hop_length / pipe.audio_vae_temporal_compression_ratio
+    )
+    audio_shape = (
+        1,
+        pipe.audio_vae.config.latent_channels,
+        round(num_frames / frame_rate * per_second),
+        pipe.audio_vae.config.mel_bins // pipe.audio_vae_mel_compression_ratio,
+    )
+    return ltx2_kwargs(
+        prompt=prompt,
+        negative_prompt=negative_prompt,
+        height=height,
+        width=width,
+        num_frames=num_frames,
+        frame_rate=frame_rate,
+        steps=steps,
+        guidance_scale=guidance_scale,
+        latents=_noise(seed, "latents.video.init", video_shape),
+        audio_latents=_noise(seed, "latents.audio.init", audio_shape),
+    )
+
+
 def ltx2_kwargs(
     *,
     prompt: str,
@@ -97,7 +144,7 @@ def ltx2_kwargs(
     latents: torch.Tensor,
     audio_latents: torch.Tensor,
 ) -> dict[str, Any]:
-    """The keyword arguments of one ``LTX2Pipeline`` call (shared with bench/)."""
+    """The keyword arguments of one ``LTX2Pipeline`` call, given its initial noise."""
     return {
         "prompt": prompt,
         "negative_prompt": negative_prompt,
@@ -142,28 +189,9 @@ def ltx2_t2va(
     s = _seed(seed)
     with probe.stage("PipelineBuildStage"):
         pipe = build_ltx2(s, shift=shift)
-    t_ratio, s_ratio = pipe.vae_temporal_compression_ratio, pipe.vae_spatial_compression_ratio
-    video_shape = (
-        1,
-        pipe.transformer.config.in_channels,
-        (num_frames - 1) // t_ratio + 1,
-        height // s_ratio,
-        width // s_ratio,
-    )
-    # The pipeline's own audio length rule for a clip of num_frames / frame_rate seconds.
-    per_second = (
-        pipe.audio_sampling_rate / pipe.audio_hop_length / pipe.audio_vae_temporal_compression_ratio
-    )
-    audio_shape = (
-        1,
-        pipe.audio_vae.config.latent_channels,
-        round(num_frames / frame_rate * per_second),
-        pipe.audio_vae.config.mel_bins // pipe.audio_vae_mel_compression_ratio,
-    )
-    latents = _noise(s, "latents.video.init", video_shape)
-    audio_latents = _noise(s, "latents.audio.init", audio_shape)
-    probe.record_input("prompt", prompt)
-    kwargs = ltx2_kwargs(
+    kwargs = ltx2_inputs(
+        pipe,
+        s,
         prompt=prompt,
         negative_prompt=negative_prompt,
         height=height,
@@ -172,9 +200,8 @@ def ltx2_t2va(
         frame_rate=frame_rate,
         steps=steps,
         guidance_scale=guidance_scale,
-        latents=latents,
-        audio_latents=audio_latents,
     )
+    probe.record_input("prompt", prompt)
     with Instrument(
         pipe, stages=LTX2_STAGES, steps=steps, extra_outputs=LTX2_EXTRA_OUTPUTS
     ) as inst:
@@ -191,6 +218,39 @@ def ltx2_t2va(
     return {"video": frames, "audio": pcm, "sample_rate": rate}
 
 
+def wan_inputs(
+    pipe: Any,
+    seed: int,
+    *,
+    prompt: str,
+    negative_prompt: str,
+    height: int,
+    width: int,
+    num_frames: int,
+    steps: int,
+    guidance_scale: float,
+) -> dict[str, Any]:
+    """The keyword arguments of one ``WanPipeline`` call, the initial noise drawn from
+    ``seed`` (a recorded input inside an attempt; bench/ calls it outside one)."""
+    video_shape = (
+        1,
+        pipe.transformer.config.in_channels,
+        (num_frames - 1) // pipe.vae_scale_factor_temporal + 1,
+        height // pipe.vae_scale_factor_spatial,
+        width // pipe.vae_scale_factor_spatial,
+    )
+    return wan_kwargs(
+        prompt=prompt,
+        negative_prompt=negative_prompt,
+        height=height,
+        width=width,
+        num_frames=num_frames,
+        steps=steps,
+        guidance_scale=guidance_scale,
+        latents=_noise(seed, "latents.video.init", video_shape),
+    )
+
+
 def wan_kwargs(
     *,
     prompt: str,
@@ -202,7 +262,7 @@ def wan_kwargs(
     guidance_scale: float,
     latents: torch.Tensor,
 ) -> dict[str, Any]:
-    """The keyword arguments of one ``WanPipeline`` call (shared with bench/)."""
+    """The keyword arguments of one ``WanPipeline`` call, given its initial noise."""
     return {
         "prompt": prompt,
         "negative_prompt": negative_prompt,
@@ -234,17 +294,9 @@ def wan_t2v(
     s = _seed(seed)
     with probe.stage("PipelineBuildStage"):
         pipe = build_wan(s, shift=shift)
-    video_shape = (
-        1,
-        pipe.transformer.config.in_channels,
-        (num_frames - 1) // pipe.vae_scale_factor_temporal + 1,
-        height // pipe.vae_scale_factor_spatial,
-        width // pipe.vae_scale_factor_spatial,
-    )
-    latents = _noise(s, "latents.video.init", video_shape)
-    probe.record_input("prompt", prompt)
-    probe.record_input("negative_prompt", negative_prompt)
-    kwargs = wan_kwargs(
+    kwargs = wan_inputs(
+        pipe,
+        s,
         prompt=prompt,
         negative_prompt=negative_prompt,
         height=height,
@@ -252,8 +304,9 @@ def wan_t2v(
         num_frames=num_frames,
         steps=steps,
         guidance_scale=guidance_scale,
-        latents=latents,
     )
+    probe.record_input("prompt", prompt)
+    probe.record_input("negative_prompt", negative_prompt)
     with Instrument(pipe, stages=WAN_STAGES, steps=steps) as inst:
         out = pipe(**kwargs, callback_on_step_end=inst.callback)
     frames = _frames_u8(out.frames)
