@@ -179,14 +179,10 @@ def compare_environments(
     base, head = live.reports["base"].env, live.reports["head"].env
     return finish_comparison(
         comparison_id,
-        live.run_dir,
-        live.reports,
-        live.cases,
+        live,
         request,
         {"base": rev, "head": rev},
         started_at=started,
-        rounds=live.rounds,
-        noise_source=live.noise_source,
         same_runner=not machine_differences(base, head),
         differences=env_differences(base, head),
         allowed=True,

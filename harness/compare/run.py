@@ -119,20 +119,18 @@ def _items(request: CompareRequest, cases_root: Path | None) -> tuple[list[PlanI
 
 def finish_comparison(
     comparison_id: str,
-    out_dir: Path,
-    reports: Mapping[Side, RunReport],
-    cases: Sequence[CaseComparison],
+    live: Live,
     request: CompareRequest,
     revs: Mapping[Side, str | None],
     *,
     started_at: str,
-    rounds: int,
-    noise_source: str | None,
     same_runner: bool,
     differences: Sequence[str] = (),
     allowed: bool = False,
     envs: Mapping[Side, str] | None = None,
 ) -> Comparison:
+    """The comparison of what ``live`` ran, written (with its renderings) to its folder."""
+    reports, out_dir = live.reports, live.run_dir
     sides = {}
     for side, rep in reports.items():
         py = rep.env.get("python")
@@ -152,15 +150,15 @@ def finish_comparison(
         base=sides["base"],
         head=sides["head"],
         same_runner=same_runner,
-        cases=tuple(cases),
+        cases=tuple(live.cases),
         runner=request.profile.name,
-        rounds=rounds,
+        rounds=live.rounds,
         started_at=started_at,
         finished_at=utc_now(),
         argv=request.argv,
         env_differences=tuple(differences),
         allowed_different_env=allowed,
-        noise_source=noise_source,
+        noise_source=live.noise_source,
         settings={
             "delta": lat.delta,
             "alpha": lat.alpha,
@@ -348,14 +346,10 @@ def compare_revisions(
     differences = env_differences(live.reports["base"].env, live.reports["head"].env)
     return finish_comparison(
         comparison_id,
-        live.run_dir,
-        live.reports,
-        live.cases,
+        live,
         request,
         {"base": base, "head": head},
         started_at=started,
-        rounds=live.rounds,
-        noise_source=live.noise_source,
         same_runner=not differences,
         differences=differences,
     )

@@ -8,40 +8,25 @@ Example::
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from harness.errors import ReportFormatError
 from harness.fsio import write_text_atomic
 from harness.model import COMPARISON_SCHEMA_VERSION, Comparison
 from harness.report.comparison_md import comparison_markdown
-from harness.report.schema import validate_comparison
+from harness.report.schema import read_document, validate_comparison
 
 
 def read_comparison(path: Path) -> Comparison:
     """Load a comparison.json (or the folder holding one), checked against its schema."""
-    if path.is_dir():
-        path = path / "comparison.json"
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise ReportFormatError(f"{path}: no such comparison") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ReportFormatError(f"{path}: cannot read: {exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise ReportFormatError(f"{path}: not valid JSON: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise ReportFormatError(f"{path}: not a comparison: expected a JSON object")
-    version = doc.get("schema_version")
-    if version != COMPARISON_SCHEMA_VERSION:
-        raise ReportFormatError(
-            f"{path}: schema_version {version!r} is not supported (expected "
-            f"{COMPARISON_SCHEMA_VERSION}); re-run the comparison with this harness version"
-        )
-    try:
-        validate_comparison(doc)
-    except ReportFormatError as exc:
-        raise ReportFormatError(f"{path}: {str(exc).removeprefix('comparison: ')}") from None
+    doc = read_document(
+        path,
+        file_name="comparison.json",
+        noun="comparison",
+        version=COMPARISON_SCHEMA_VERSION,
+        redo="re-run the comparison with this harness version",
+        validate=validate_comparison,
+    )
     try:
         return Comparison.from_json(doc)
     except (KeyError, TypeError, ValueError) as exc:

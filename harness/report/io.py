@@ -6,7 +6,6 @@ Every file is written under a temporary name and renamed, so a reader never sees
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from harness.fsio import write_json_atomic, write_text_atomic
 from harness.model import SCHEMA_VERSION, RunReport
 from harness.report.junit import write_junit
 from harness.report.markdown import summary_markdown
-from harness.report.schema import validate_report
+from harness.report.schema import read_document, validate_report
 
 
 def _point_latest(run_dir: Path) -> None:
@@ -59,38 +58,16 @@ def render_run(report: RunReport, run_dir: Path, *, references: Path | None = No
     write_text_atomic(run_dir / "index.html", page)
 
 
-_JSON_TYPES = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
-
-
 def read_report(path: Path) -> RunReport:
     """Load a report.json (or the run folder holding one), checking its format version."""
-    if path.is_dir():
-        path = path / "report.json"
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise ReportFormatError(f"{path}: no such report") from exc
-    except UnicodeDecodeError as exc:
-        raise ReportFormatError(f"{path}: not a report: not UTF-8 text ({exc.reason})") from exc
-    except OSError as exc:
-        raise ReportFormatError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise ReportFormatError(f"{path}: not valid JSON: {exc}") from exc
-    if not isinstance(doc, dict):
-        kind = _JSON_TYPES.get(type(doc), "number")
-        raise ReportFormatError(f"{path}: not a report: expected a JSON object, got {kind}")
-    version = doc.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise ReportFormatError(
-            f"{path}: schema_version {version!r} is not supported (expected {SCHEMA_VERSION}); "
-            "re-run the cases with this harness version"
-        )
-    # Every key checked against the published schema: an unknown status or field is an error
-    # here, not a rendering that silently drops it.
-    try:
-        validate_report(doc)
-    except ReportFormatError as exc:
-        raise ReportFormatError(f"{path}: {str(exc).removeprefix('report: ')}") from None
+    doc = read_document(
+        path,
+        file_name="report.json",
+        noun="report",
+        version=SCHEMA_VERSION,
+        redo="re-run the cases with this harness version",
+        validate=validate_report,
+    )
     try:
         return RunReport.from_json(doc)
     except (KeyError, TypeError, ValueError) as exc:

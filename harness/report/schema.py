@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from harness.errors import ReportFormatError
@@ -19,6 +20,7 @@ from harness.model import SCHEMA_VERSION
 __all__ = [
     "load_comparison_schema",
     "load_report_schema",
+    "read_document",
     "validate_comparison",
     "validate_report",
 ]
@@ -112,3 +114,48 @@ def validate_comparison(doc: Any) -> None:
     error = best_match(validator.iter_errors(doc))
     if error is not None:
         raise ReportFormatError(f"comparison: {_json_path(error.absolute_path)}: {error.message}")
+
+
+_JSON_TYPES = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
+
+
+def read_document(
+    path: Path,
+    *,
+    file_name: str,
+    noun: str,
+    version: int,
+    redo: str,
+    validate: Callable[[Any], None],
+) -> dict[str, Any]:
+    """The JSON object of ``path`` (or of ``path / file_name`` for a folder), at schema
+    ``version`` and valid against its schema (``validate``); every way it can fail is a
+    :class:`ReportFormatError` naming the file. ``noun``: what it is ("report"), ``redo``: what
+    to do about an unsupported version."""
+    if path.is_dir():
+        path = path / file_name
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ReportFormatError(f"{path}: no such {noun}") from exc
+    except UnicodeDecodeError as exc:
+        raise ReportFormatError(f"{path}: not a {noun}: not UTF-8 text ({exc.reason})") from exc
+    except OSError as exc:
+        raise ReportFormatError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise ReportFormatError(f"{path}: not valid JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        kind = _JSON_TYPES.get(type(doc), "number")
+        raise ReportFormatError(f"{path}: not a {noun}: expected a JSON object, got {kind}")
+    got = doc.get("schema_version")
+    if got != version:
+        raise ReportFormatError(
+            f"{path}: schema_version {got!r} is not supported (expected {version}); {redo}"
+        )
+    # Every key checked against the published schema: an unknown status or field is an error
+    # here, not a rendering that silently drops it.
+    try:
+        validate(doc)
+    except ReportFormatError as exc:
+        raise ReportFormatError(f"{path}: {str(exc).removeprefix(f'{noun}: ')}") from None
+    return doc
