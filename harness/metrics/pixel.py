@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from harness.metrics._base import Metric, Reduce, as_frames
+from harness.metrics._base import Metric, Reduce, as_frames, identical_frames
 
 __all__ = ["MAE", "PSNR", "MaxAbs", "mae", "max_abs", "psnr"]
 
@@ -28,11 +28,29 @@ _CHUNK = 1 << 16
 
 
 def _per_frame_diff(p: np.ndarray, t: np.ndarray, how: Reduction) -> np.ndarray:
-    """``how`` of ``|p - t|`` for each frame of two ``[T, ...]`` arrays, as float64 ``[T]``."""
+    """``how`` of ``|p - t|`` for each frame of two ``[T, ...]`` arrays, as float64 ``[T]``.
+
+    A frame equal to its counterpart is 0 without a pass; small frames share a chunk (several
+    frames per subtraction: a 32x32 frame is too small to pay for its own numpy calls).
+    """
     n = p.shape[0]
-    out = np.empty(n, dtype=np.float64)
+    out = np.zeros(n, dtype=np.float64)  # identical frames
+    differ = np.flatnonzero(~identical_frames(p, t))
+    if not differ.size:
+        return out
+    size = int(np.prod(p.shape[1:]))
     buf = np.empty(_CHUNK, dtype=np.float64)
-    for i in range(n):
+    if size <= _CHUNK:
+        a = p.reshape(n, size)
+        b = t.reshape(n, size)
+        per = _CHUNK // max(size, 1)
+        for lo in range(0, differ.size, per):
+            rows = differ[lo : lo + per]
+            d = buf[: rows.size * size].reshape(rows.size, size)
+            np.subtract(a[rows], b[rows], out=d, dtype=np.float64)
+            out[rows] = _reduce_rows(d, how)
+        return out
+    for i in differ:
         a = p[i].reshape(-1)
         b = t[i].reshape(-1)
         acc = 0.0
@@ -41,21 +59,25 @@ def _per_frame_diff(p: np.ndarray, t: np.ndarray, how: Reduction) -> np.ndarray:
             np.subtract(
                 a[start : start + _CHUNK], b[start : start + _CHUNK], out=d, dtype=np.float64
             )
-            if how == "sum_sq":
-                np.multiply(d, d, out=d)
-                acc += float(d.sum())
-            elif how == "sum_abs":
-                np.abs(d, out=d)
-                acc += float(d.sum())
+            m = float(_reduce_rows(d[None], how)[0])
+            if how != "max_abs":
+                acc += m
             else:
-                np.abs(d, out=d)
-                # max() would skip nothing, but NaN must win: fmax would drop it.
-                m = float(d.max())
+                # NaN must win: max() keeps it, fmax would drop it.
                 acc = m if (np.isnan(m) or m > acc) else acc
                 if np.isnan(acc):
                     break
         out[i] = acc
     return out
+
+
+def _reduce_rows(d: np.ndarray, how: Reduction) -> np.ndarray:
+    """``how`` of each row of the differences ``d`` (``[rows, n]``, changed in place)."""
+    if how == "sum_sq":
+        np.multiply(d, d, out=d)
+        return d.sum(axis=1)
+    np.abs(d, out=d)
+    return d.sum(axis=1) if how == "sum_abs" else d.max(axis=1)
 
 
 def psnr(pred: Any, target: Any, *, data_range: float = 255.0) -> np.ndarray:

@@ -10,7 +10,10 @@ Why it is fast: scikit-image filters whole float64 images with edge reflection a
 the border away. Only the cropped pixels count, so we filter the *valid* region directly, in
 float32, as shift-and-add passes over tiles of rows small enough to stay in cache, one frame
 per thread. Inputs are centred on half the data range first, which keeps float32 cancellation
-in ``E[x^2] - E[x]^2`` four times smaller than on raw 0..255 values.
+in ``E[x^2] - E[x]^2`` four times smaller than on raw 0..255 values. A frame equal to its
+reference element for element is 1.0 without filtering: with ``x == y`` every term of the
+SSIM quotient has a numerator equal to its denominator, bit for bit in this arithmetic too
+(``2*m*m`` is ``m*m + m*m``, and ``s_xy - m*m`` is ``s_xx - m*m``).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from harness.metrics._base import Metric, Reduce, as_frames
+from harness.metrics._base import Metric, Reduce, as_frames, identical_frames
 
 if TYPE_CHECKING:
     import torch
@@ -128,14 +131,35 @@ def ssim(
     >>> float(ssim(a, a)[0])
     1.0
     """
-    import torch
-
     p, t = as_frames(pred, target)
     taps = _gaussian_taps(sigma, truncate)
     win = len(taps)
-    n, h, w, c = p.shape
+    _n, h, w, _c = p.shape
     if h < win or w < win:
         raise ValueError(f"frames are {h}x{w}, smaller than the {win}x{win} SSIM window")
+    values = np.ones(p.shape[0], dtype=np.float64)  # identical frames (module docstring)
+    differ = np.flatnonzero(~identical_frames(p, t))
+    if differ.size == values.size:
+        values[:] = _ssim_frames(p, t, taps, data_range, k1, k2, workers)
+    elif differ.size:
+        values[differ] = _ssim_frames(p[differ], t[differ], taps, data_range, k1, k2, workers)
+    return values
+
+
+def _ssim_frames(
+    p: np.ndarray,
+    t: np.ndarray,
+    taps: list[float],
+    data_range: float,
+    k1: float,
+    k2: float,
+    workers: int | None,
+) -> np.ndarray:
+    """SSIM per frame of ``[T, H, W, C]`` frames, each filtered (see :func:`ssim`)."""
+    import torch
+
+    win = len(taps)
+    n, h, w, c = p.shape
     c1 = (k1 * data_range) ** 2
     c2 = (k2 * data_range) ** 2
     centre = data_range / 2.0

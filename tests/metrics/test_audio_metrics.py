@@ -197,3 +197,34 @@ def test_shared_alignment_correlates_a_pair_once_and_changes_no_value(
     assert shared == alone
     all_three(pred)
     assert len(calls) == 3 + 3  # outside the block nothing is kept
+
+
+@pytest.mark.filterwarnings("ignore:Use of fft convolution on input with NAN")
+def test_identical_clips_align_at_zero_without_correlating_as_correlating_would(
+    rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harness.metrics import audio
+
+    noise = rng.standard_normal((2, 6000)) * 0.1
+    # A periodic clip correlates with itself as well at every period: the tie goes to lag 0.
+    periodic = np.tile(np.sin(np.arange(100) / 100 * 2 * np.pi), (2, 60)) * 0.5
+    calls: list[int] = []
+    real = signal.correlate
+    for clip in (noise, periodic, np.zeros((2, 6000))):
+        corr, lags = audio._correlation(clip, clip)  # what alignment would search
+        keep = np.abs(lags) <= 800
+        best = corr[keep].max()
+        assert abs(corr[keep][lags[keep] == 0][0] - best) <= 1e-12 * max(1.0, abs(best))
+        monkeypatch.setattr(signal, "correlate", lambda *a, **k: calls.append(1) or real(*a, **k))
+        copy = clip.copy()
+        assert metrics.align(copy, clip, max_lag=800)[2] == 0
+        assert metrics.audio_snr(copy, clip, max_lag=800) == math.inf
+        assert metrics.audio_lsd(copy, clip, max_lag=800) == 0.0
+        assert metrics.audio_lag_ms(copy, clip, sample_rate=SR) == 0.0
+        assert calls == []  # identical clips are never correlated
+        monkeypatch.setattr(signal, "correlate", real)
+    shifted = delayed(noise, 30)
+    assert metrics.align(shifted, noise, max_lag=800)[2] == 30  # a real lag is still found
+    with_nan = noise.copy()
+    with_nan[0, 10] = np.nan
+    assert math.isnan(metrics.audio_snr(with_nan, with_nan.copy(), max_lag=800))

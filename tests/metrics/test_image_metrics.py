@@ -14,6 +14,7 @@ import torch
 from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 
 from harness import metrics
+from harness.metrics import structural
 
 SSIM_TOL = 1e-4
 
@@ -175,3 +176,44 @@ def test_ssim_of_many_small_frames_in_batches_matches_skimage(rng: np.random.Gen
         ours = metrics.ssim(test, ref, workers=workers)
         np.testing.assert_allclose(ours, expected, atol=SSIM_TOL, rtol=0)
     assert np.all(np.diff(expected[:7]) < 0)  # more noise, lower SSIM: frames stay in order
+
+
+def test_identical_frames_read_exactly_what_computing_them_gives(rng: np.random.Generator) -> None:
+    # Frames equal to their reference are not filtered or differenced: SSIM 1, PSNR inf, MAE and
+    # max-abs 0. That is exactly what the computation gives for them, checked here bit for bit,
+    # and the other frames of the same video are computed as before.
+    ref = rng.integers(0, 256, (9, 32, 32, 3), dtype=np.uint8)
+    test = np.clip(ref.astype(np.int64) + rng.integers(-8, 9, ref.shape), 0, 255).astype(np.uint8)
+    same = [0, 4, 8]
+    test[same] = ref[same]
+    differ = [1, 2, 3, 5, 6, 7]
+    taps = structural._gaussian_taps(1.5, 3.5)
+    computed = structural._ssim_frames(ref, ref.copy(), taps, 255.0, 0.01, 0.03, None)
+    assert computed.tolist() == [1.0] * 9  # the filtered path on identical frames: exactly 1
+    ours = metrics.ssim(test, ref)
+    assert ours[same].tolist() == [1.0, 1.0, 1.0]
+    expected = [sk_ssim(test[i], ref[i]) for i in differ]
+    np.testing.assert_allclose(ours[differ], expected, atol=SSIM_TOL, rtol=0)
+    assert np.all(ours[differ] < 1.0)
+    d = np.abs(test.astype(np.int64) - ref).reshape(9, -1)
+    np.testing.assert_array_equal(metrics.mae(test, ref), d.sum(axis=1) / d.shape[1])
+    np.testing.assert_array_equal(metrics.max_abs(test, ref), d.max(axis=1))
+    psnr = metrics.psnr(test, ref)
+    assert np.isinf(psnr[same]).all() and np.isfinite(psnr[differ]).all()
+    for i in differ:
+        assert psnr[i] == pytest.approx(peak_signal_noise_ratio(ref[i], test[i], data_range=255))
+
+
+def test_small_frames_share_chunks_and_nan_still_wins(rng: np.random.Generator) -> None:
+    # 40 frames of 16x16x3 go many to a chunk; a NaN in one frame is that frame's alone.
+    a = rng.random((40, 16, 16, 3))
+    b = a + rng.normal(0.0, 0.01, a.shape)
+    b[17, 3, 3, 1] = np.nan
+    d = np.abs(a - b).reshape(40, -1)
+    for name, want in (("mae", d.mean(axis=1)), ("max_abs", d.max(axis=1))):
+        got = getattr(metrics, name)(a, b)
+        assert math.isnan(got[17]), name
+        keep = np.arange(40) != 17
+        np.testing.assert_allclose(got[keep], want[keep], rtol=1e-12)
+    assert math.isnan(metrics.psnr(a, b, data_range=1.0)[17])
+    assert not np.isnan(np.delete(metrics.psnr(a, b, data_range=1.0), 17)).any()
