@@ -50,7 +50,7 @@ from harness.references.manifest import (
     platform_chain,
     read_manifest,
 )
-from harness.references.verified import VERIFIED, FileKey, file_key
+from harness.references.verified import VERIFIED, FileKey, file_key, stat_key
 
 __all__ = [
     "FORMAT_VERSION",
@@ -76,7 +76,7 @@ class ReferenceStore:
         self.root = Path(root)
         self._manifest: Manifest | None = None
         self._root_resolved: Path | None = None
-        self._folders: dict[Path, Path] = {}
+        self._folders: dict[str, tuple[str, bool]] = {}
         # What this store (one attempt's checks) already loaded: SSIM, PSNR and MAE of one
         # output read the same frames once, not once per check.
         self._loaded: dict[tuple[Any, ...], Any] = {}
@@ -123,53 +123,71 @@ class ReferenceStore:
         matches: a manifest can never make a check read a file from elsewhere. Always hashes
         (``harness refs verify``); checks read through :meth:`_read`, which hashes a file once
         per process per ``(path, size, mtime_ns)``."""
-        return self._verify(f, cached=False)[0]
+        self._verify(f, cached=False)
+        return self.root / f.path
 
-    def _verify(self, f: ReferenceFile, *, cached: bool) -> tuple[Path, FileKey]:
-        path = self.root / f.path
-        if self._root_resolved is None:
-            self._root_resolved = self.root.resolve()
-        resolved = self._resolve(path)
-        if not resolved.is_relative_to(self._root_resolved):
+    def _verify(self, f: ReferenceFile, *, cached: bool) -> tuple[str, FileKey]:
+        """The resolved path of ``f`` (a string: this runs for every frame of every check) and
+        its :data:`FileKey`, once it is known to be inside the store and to match its hash."""
+        resolved, st = self._resolve(f.path)
+        if resolved is None:
             raise ReferenceStoreError(
-                f"reference file {f.path!r} resolves to {resolved}, outside the store "
-                f"{self._root_resolved}; a manifest may only list files inside its store"
+                f"reference file {f.path!r} resolves to {(self.root / f.path).resolve()}, "
+                f"outside the store {self._root()}; a manifest may only list files inside "
+                "its store"
             )
-        try:
-            key = file_key(resolved) if resolved.is_file() else None
-        except OSError:
-            key = None
-        if key is None:
+        if st is None or not stat.S_ISREG(st.st_mode):
             raise ReferenceStoreError(
-                f"reference file {path} is missing (expected sha256 {f.sha256}, actual: none)"
+                f"reference file {self.root / f.path} is missing "
+                f"(expected sha256 {f.sha256}, actual: none)"
             )
-        actual = VERIFIED.sha256(resolved, key) if cached else file_sha256(resolved)
+        key = stat_key(resolved, st)
+        actual = VERIFIED.sha256(resolved, key) if cached else file_sha256(Path(resolved))
         if actual != f.sha256:
             raise ReferenceStoreError(
-                f"reference file {path} does not match the manifest: "
+                f"reference file {self.root / f.path} does not match the manifest: "
                 f"expected sha256 {f.sha256}, actual sha256 {actual}"
             )
-        return path, key
+        return resolved, key
 
-    def _resolve(self, path: Path) -> Path:
-        """``path.resolve()``, resolving each folder once per store (an attempt): the frames of
-        one entry share a folder, and resolving every frame's path walked it each time."""
-        parent = self._folders.get(path.parent)
-        if parent is None:
-            parent = self._folders[path.parent] = path.parent.resolve()
-        candidate = parent / path.name
+    def _root(self) -> Path:
+        if self._root_resolved is None:
+            self._root_resolved = self.root.resolve()
+        return self._root_resolved
+
+    def _resolve(self, rel: str) -> tuple[str | None, os.stat_result | None]:
+        """The resolved path of ``rel`` (None when that lies outside the store) and its
+        ``stat`` (None when missing), in one ``lstat`` for a plain file: each folder is
+        resolved, and checked to lie inside the store, once per store (an attempt), since the
+        frames of one entry share a folder. A link, or a name like ``..``, is resolved and
+        checked on its own."""
+        folder_rel, name = os.path.split(rel)
+        folder = self._folders.get(folder_rel)
+        if folder is None:
+            parent = (self.root / folder_rel).resolve()
+            inside_root = parent.is_relative_to(self._root())
+            folder = self._folders[folder_rel] = (str(parent), inside_root)
+        parent_s, inside = folder
+        candidate = os.path.join(parent_s, name)
         try:
-            is_link = stat.S_ISLNK(os.lstat(candidate).st_mode)
+            st: os.stat_result | None = os.lstat(candidate)
         except OSError:
-            is_link = False  # missing: reported as missing by the caller
-        return candidate.resolve() if is_link or path.name in ("", "..") else candidate
+            st = None  # missing: reported as missing by the caller
+        if name in ("", ".", "..") or (st is not None and stat.S_ISLNK(st.st_mode)):
+            real = Path(candidate).resolve()
+            inside, candidate = real.is_relative_to(self._root()), str(real)
+            try:
+                st = os.stat(candidate)
+            except OSError:
+                st = None
+        return (candidate if inside else None), st
 
     def _read(self, f: ReferenceFile, kind: str, decode: Callable[[Path], Any]) -> Any:
         """``decode`` of the verified file; hashed and decoded once per process while the file's
         ``(path, size, mtime_ns)`` stays the same (:mod:`harness.references.verified`). Arrays
         come back read-only so one check cannot change what the next one compares with."""
-        path, key = self._verify(f, cached=True)
-        return VERIFIED.decoded(path, key, kind, decode)
+        resolved, key = self._verify(f, cached=True)
+        return VERIFIED.decoded(resolved, key, kind, decode)
 
     def load_video(self, entry: ReferenceEntry, frames: Sequence[int] | None = None) -> np.ndarray:
         """Frames of a ``video`` entry as uint8 [T, H, W, 3] (an ``image`` entry: [H, W, 3]).
@@ -198,12 +216,11 @@ class ReferenceStore:
         frame_shape = tuple(entry.shape[1:] if entry.kind == "video" else entry.shape)
         arrays = []
         for i in wanted:
-            path = self.root / by_index[i].path
             a = np.asarray(self._read(by_index[i], "png", media.read_png))
             if a.shape != frame_shape or a.dtype != np.uint8:
                 raise ReferenceStoreError(
-                    f"reference file {path} decodes to {a.dtype} {list(a.shape)}, "
-                    f"manifest says uint8 {list(frame_shape)}"
+                    f"reference file {self.root / by_index[i].path} decodes to {a.dtype} "
+                    f"{list(a.shape)}, manifest says uint8 {list(frame_shape)}"
                 )
             arrays.append(a)
         video = np.stack(arrays)

@@ -25,7 +25,7 @@ import numpy as np
 
 from harness.references.manifest import file_sha256
 
-__all__ = ["VERIFIED", "FileKey", "VerifiedFiles", "file_key"]
+__all__ = ["VERIFIED", "FileKey", "VerifiedFiles", "file_key", "stat_key"]
 
 FileKey = tuple[str, int, int, int, int]
 
@@ -34,7 +34,11 @@ def file_key(resolved: Path) -> FileKey:
     """``(path, size, mtime_ns, ctime_ns, inode)`` of an already resolved path (``OSError`` if
     it is gone). ctime and inode are in it too: a file replaced by rename (as the harness
     writes) gets a new inode even within one tick of the file system's clock."""
-    st = os.stat(resolved)
+    return stat_key(resolved, os.stat(resolved))
+
+
+def stat_key(resolved: Path | str, st: os.stat_result) -> FileKey:
+    """:func:`file_key` from a ``stat`` of ``resolved`` already made."""
     return (str(resolved), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
@@ -75,11 +79,11 @@ class VerifiedFiles:
         self._items.clear()
         self._nbytes = 0
 
-    def sha256(self, path: Path, key: FileKey) -> str:
+    def sha256(self, path: Path | str, key: FileKey) -> str:
         """The SHA-256 of ``path`` as it is under ``key``, hashed only if ``key`` is new."""
         item = self._items.get(key)
         if item is None:
-            digest = file_sha256(path)
+            digest = file_sha256(Path(path))
             self.hashed += 1
             # Cached only if the file did not change while it was read.
             if _unchanged(key):
@@ -88,13 +92,15 @@ class VerifiedFiles:
         self._items.move_to_end(key)
         return item.sha256
 
-    def decoded(self, path: Path, key: FileKey, kind: str, decode: Callable[[Path], Any]) -> Any:
+    def decoded(
+        self, path: Path | str, key: FileKey, kind: str, decode: Callable[[Path], Any]
+    ) -> Any:
         """``decode(path)`` for a file already verified under ``key``, decoded once per kind."""
         item = self._items.get(key)
         if item is not None and kind in item.decoded:
             self._items.move_to_end(key)
             return item.decoded[kind]
-        value = decode(path)
+        value = decode(Path(path))
         nbytes = _freeze(value)
         if item is not None and _unchanged(key) and nbytes <= self.max_bytes:
             item.decoded[kind] = value
