@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ from harness.probe.content import (
     hash_input,
     sources_nonfinite,
 )
-from harness.probe.stages import StageBook, StageDevice, measure
+from harness.probe.stages import StageBook, StageDevice, StageTimer
 
 __all__ = [
     "active",
@@ -76,6 +77,7 @@ class _Recorder:
     output_arrays: dict[str, Any] = field(default_factory=dict)
     # The platform identity the attempt runs as (harness.platforms.Identity JSON).
     info: Mapping[str, Any] | None = None
+    made_output_dir: bool = False
 
     def __post_init__(self) -> None:
         self.book.device = self.device
@@ -167,8 +169,7 @@ def note(name: str, value: Any) -> None:
     _current.notes[name] = value
 
 
-@contextlib.contextmanager
-def stage(name: str) -> Iterator[None]:
+def stage(name: str) -> AbstractContextManager[None]:
     """Time a named stage; stages keep their order, and one entered twice accumulates.
 
     Through the attempt's platform, when its device is initialized: synchronized before and
@@ -179,10 +180,8 @@ def stage(name: str) -> Iterator[None]:
     leaves a plain wall-clock span.
     """
     if _current is None:
-        yield
-        return
-    with measure(_current.book, name):
-        yield
+        return contextlib.nullcontext()
+    return StageTimer(_current.book, name)
 
 
 def fingerprint(name: str, tensor_or_array: Any) -> None:
@@ -217,7 +216,9 @@ def _claim(rec: _Recorder, name: str, suffix: str) -> Path | None:
         )
     if rec.output_dir is None:
         return None
-    rec.output_dir.mkdir(parents=True, exist_ok=True)
+    if not rec.made_output_dir:
+        rec.output_dir.mkdir(parents=True, exist_ok=True)
+        rec.made_output_dir = True
     return rec.output_dir / f"{slug(name)}{suffix}"
 
 

@@ -343,3 +343,27 @@ def test_fingerprint_counts_nan_and_inf_and_takes_extremes_of_the_finite_rest(re
             probe.fingerprint(name, x)
             got = rec.fingerprints[name]
             assert (got["nonfinite"], got["min"], got["max"]) == want, (name, x.dtype)
+
+
+def test_a_fingerprint_hashes_what_record_input_hashes_for_every_kind_of_tensor(
+    rec: Any,
+) -> None:
+    # The fingerprint hashes the numpy view it reduced (or the tensor's own bits where it was
+    # widened); either way it is the content hash of the value, as record_input's is.
+    base = torch.arange(24, dtype=torch.float32).reshape(2, 3, 4) / 7
+    values: dict[str, Any] = {
+        "f32": base,
+        "f32 strided": base.permute(2, 0, 1),
+        "bf16": base.to(torch.bfloat16),
+        "f16": base.to(torch.float16),
+        "i64": torch.arange(6).reshape(2, 3),
+        "bool": base > 1.0,
+        "u8": torch.arange(6, dtype=torch.uint8),
+        "np strided": np.arange(24, dtype=np.float32).reshape(2, 3, 4).transpose(2, 0, 1),
+    }
+    for name, x in values.items():
+        probe.fingerprint(name, x)
+        probe.record_input(name, x)
+        assert rec.fingerprints[name]["hash"] == rec.inputs[name], name
+    hashes = {rec.inputs[n] for n in values}
+    assert len(hashes) == len(values)  # dtype, layout and values all count

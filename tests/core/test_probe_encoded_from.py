@@ -11,6 +11,7 @@ import pytest
 
 from harness import media, probe
 from harness.checks.finite import finiteness_checks
+from harness.probe import content
 
 
 def _mp4(path: Path, with_audio: bool = True) -> tuple[Path, np.ndarray, np.ndarray]:
@@ -72,3 +73,27 @@ def test_broken_mp4_fails_whether_decoded_or_only_demuxed(
     assert str(rec.output_dir / "mp4.mp4") in entry["nonfinite_reason"]
     check = next(c for c in finiteness_checks(rec.outputs) if c.name == "finite(mp4)")
     assert check.passed is False and (check.reason or "").startswith("output 'mp4' is broken")
+
+
+def test_a_media_file_in_another_container_than_its_suffix_says_still_demuxes(
+    rec: Any, tmp_path: Path
+) -> None:
+    # The demuxer is picked from the suffix to skip probing; a Matroska file named .mp4 is
+    # opened again with probing, so a misnamed but valid file is never called broken.
+    import av
+
+    frames = (np.random.default_rng(1).random((4, 16, 16, 3)) * 255).astype(np.uint8)
+    misnamed = tmp_path / "clip.mp4"
+    with av.open(str(misnamed), mode="w", format="matroska") as out:
+        stream = out.add_stream("mpeg4", rate=8)
+        stream.width, stream.height, stream.pix_fmt = 16, 16, "yuv420p"
+        for frame in frames:
+            out.mux(stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")))
+        out.mux(stream.encode(None))
+    assert misnamed.read_bytes()[:4] == b"\x1a\x45\xdf\xa3"  # EBML: Matroska, not MP4
+    assert content._demux(misnamed, "mp4") is not None  # the suffix's demuxer refuses it
+    probe.output("video", frames, kind="video")
+    probe.output("mp4", misnamed, kind="file", encoded_from="video")
+    entry = rec.outputs["mp4"]
+    assert entry["nonfinite"] == 0 and "corrupt" not in entry, entry
+    assert entry["nonfinite_from"] == ["video"]
