@@ -194,9 +194,28 @@ def frozen_heap():
     # collection inside an attempt never walks it, nor garbage that earlier cases left.
     assert gc.get_freeze_count() > 50_000, gc.get_freeze_count()
 
+def import_bulky():
+    # A module whose import leaves 60,000 tracked objects (a stack's import, in small).
+    import gc
+    _BULKY.append(gc.get_freeze_count())
+    import isobulky  # noqa: F401
+def bulky_frozen():
+    import gc
+    frozen = gc.get_freeze_count() - _BULKY[0]
+    assert frozen >= 60_000, f"only {frozen} objects frozen since the importing case"
+    t0 = time.perf_counter()
+    gc.collect()
+    probe.note("collect_ms", (time.perf_counter() - t0) * 1000)
+
+_BULKY = []
+
 def hang_with_pid(pidfile):
     Path(pidfile).write_text(str(os.getpid()))
     time.sleep(600)
+'''
+
+ISOBULKY = '''
+ROWS = [{"row": i, "cells": [i, str(i)]} for i in range(30_000)]
 '''
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from corecases import run_plugin, write_cases
-from isocases import ISOMOD, alive
+from isocases import ISOBULKY, ISOMOD, alive
 
 import harness
 from harness.cases import load_suite
@@ -268,6 +268,31 @@ def test_the_worker_freezes_its_heap_before_the_first_attempt(project: Path) -> 
     (case,) = doc["cases"]
     assert case["status"] == "passed", case["attempts"][0]["error"]
     assert proc.returncode == 0
+
+
+@pytest.mark.slow
+def test_what_an_attempt_imported_is_frozen_for_the_attempts_after_it(project: Path) -> None:
+    # A stack imported by a target's first attempt (diffusers: ~260,000 objects) is frozen
+    # after it, like the start-up heap: the collection after every later attempt, and any
+    # inside one, then walks that attempt's own objects only.
+    (project / "code" / "isomod.py").write_text(ISOMOD)
+    (project / "code" / "isobulky.py").write_text(ISOBULKY)
+    write_cases(
+        project,
+        "bulky.toml",
+        # The first attempt of a run is followed by the environment probe, which freezes
+        # anyway: the importing case comes second, as a stack's first case often does.
+        '[[case]]\nid = "bulky-0"\nkind = "loader"\ntarget = "isomod:env_observe"\n'
+        '[[case]]\nid = "bulky-a"\nkind = "loader"\ntarget = "isomod:import_bulky"\n'
+        '[[case]]\nid = "bulky-b"\nkind = "loader"\ntarget = "isomod:bulky_frozen"\n',
+    )
+    proc = harness_run(project, "--run-id", "bulky", "-q")
+    doc = json.loads((project / "reports" / "bulky" / "report.json").read_text())
+    cases = {c["id"]: c for c in doc["cases"]}
+    (first,), (a,), (b,) = (cases[f"bulky-{k}"]["attempts"] for k in "0ab")
+    assert first["worker_pid"] == a["worker_pid"] == b["worker_pid"]
+    assert cases["bulky-b"]["status"] == "passed", b["error"]
+    assert proc.returncode == 0, proc.stderr
 
 
 MANAGER = """
