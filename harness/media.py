@@ -36,6 +36,7 @@ __all__ = [
     "decode_audio",
     "decode_video",
     "ffmpeg_version",
+    "muxed_packets",
     "read_png",
     "read_wav",
     "select_frames",
@@ -339,6 +340,26 @@ def read_wav(path: str | os.PathLike[str]) -> AudioData:
     return decode_audio(path)
 
 
+# What write_mp4 muxed in this process: packets per stream of each file it wrote, by the file's
+# (path, size, mtime_ns, ctime_ns, inode) when written; the newest 256 files.
+_MUXED: dict[tuple[str, int, int, int, int], tuple[int, ...]] = {}
+
+
+def _stat_key(path: Path) -> tuple[str, int, int, int, int]:
+    st = os.stat(path)
+    return (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
+def muxed_packets(path: str | os.PathLike[str]) -> tuple[int, ...] | None:
+    """The packets :func:`write_mp4` muxed into each stream of ``path``, in stream order, while
+    the file is the one it wrote (same path, size, modification and change time, inode); None
+    for any other file. What demuxing the file again would count, without opening it."""
+    try:
+        return _MUXED.get(_stat_key(Path(path)))
+    except OSError:
+        return None
+
+
 #: libx264 settings of :func:`write_mp4`: one thread, fixed preset and CRF, no B-frames, so the
 #: same frames give the same bytes on every run.
 MP4_VIDEO_OPTIONS = {"crf": "20", "preset": "veryfast", "threads": "1", "bframes": "0"}
@@ -385,6 +406,12 @@ def write_mp4(
             raise MediaError(f"{out}: cannot encode audio: {bad} non-finite samples")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.stem}.partial-{os.getpid()}.mp4")
+    packets = [0, 0] if pcm is not None else [0]
+
+    def mux(container: Any, stream: int, encoded: Sequence[Any]) -> None:
+        container.mux(encoded)
+        packets[stream] += sum(1 for p in encoded if p.size)
+
     try:
         with _ffmpeg_errors(), av.open(str(tmp), "w", format="mp4") as container:
             vs: Any = container.add_stream("libx264", rate=fps, options=dict(MP4_VIDEO_OPTIONS))
@@ -400,17 +427,20 @@ def write_mp4(
             for i, frame in enumerate(frames):
                 vf = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
                 vf.pts = i
-                container.mux(vs.encode(vf))
-            container.mux(vs.encode(None))
+                mux(container, 0, vs.encode(vf))
+            mux(container, 0, vs.encode(None))
             if aus is not None and audio is not None:
                 for start in range(0, audio.shape[1], _AAC_FRAME):
                     chunk = np.ascontiguousarray(audio[:, start : start + _AAC_FRAME])
                     af = av.AudioFrame.from_ndarray(chunk, format="fltp", layout=layout)
                     af.sample_rate = sample_rate
                     af.pts = start
-                    container.mux(aus.encode(af))
-                container.mux(aus.encode(None))
+                    mux(container, 1, aus.encode(af))
+                mux(container, 1, aus.encode(None))
         os.replace(tmp, out)
+        if len(_MUXED) >= 256:
+            del _MUXED[next(iter(_MUXED))]
+        _MUXED[_stat_key(out)] = tuple(packets)
     except Exception as exc:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()

@@ -146,7 +146,8 @@ def evaluate(
             where["converted"] = converted
         # Audio metrics bound their alignment in time: they need the reference's sample rate.
         rate = {"sample_rate": entry.sample_rate} if _is_audio(spec.metric) else {}
-        metric = _compute(spec, obtained[frames] if frames else obtained, reference, rate)
+        every = not frames or frames == list(range(len(obtained)))  # no copy of all frames
+        metric = _compute(spec, obtained if every else obtained[frames], reference, rate)
     except (HarnessError, _CheckFailed) as exc:
         return result(False, str(exc), output=name, settings=where)
     if metric.status == "not_run":

@@ -39,6 +39,7 @@ from harness.probe.content import (
     copy_hashed,
     describe,
     hash_input,
+    muxed_by_harness,
     sources_nonfinite,
 )
 from harness.probe.stages import StageBook, StageDevice, StageTimer
@@ -236,8 +237,10 @@ def output(
     ``encoded_from`` names the outputs (recorded earlier in this attempt from arrays) a media
     file was encoded from, e.g. ``probe.output("mp4", path, encoded_from=("video", "audio"))``:
     the file's NaN/Inf count is then theirs (``nonfinite_from`` says so) and the file is only
-    demuxed, not decoded, which for an MP4 saved most of the probe's time. A name that is not
-    such an output makes the probe decode the file as usual.
+    demuxed, not decoded, which for an MP4 saved most of the probe's time. A file that
+    ``harness.media.write_mp4`` wrote in this process, unchanged since, is not even demuxed:
+    the packets its muxer counted per stream stand for the demux's. A name that is not such an
+    output makes the probe decode the file as usual.
     """
     if _current is None:
         return
@@ -249,13 +252,16 @@ def output(
         src = Path(array_or_path)
         # Suffix-less files get ".bin", so every file name keeps exactly one dotted suffix.
         dst = _claim(rec, name, src.suffix or ".bin")
+        names = [encoded_from] if isinstance(encoded_from, str) else list(encoded_from)
+        packets = muxed_by_harness(src) if names else None
         if dst is not None:
             digest, size = copy_hashed(src, dst)
         else:
             digest, size = _file_hash(src), src.stat().st_size
+        if packets is not None and muxed_by_harness(src) != packets:
+            packets = None  # changed while it was copied: demux the copy instead
         stored = dst or src
-        names = [encoded_from] if isinstance(encoded_from, str) else list(encoded_from)
-        from_arrays = sources_nonfinite(stored, names, rec.outputs)
+        from_arrays = sources_nonfinite(stored, names, rec.outputs, packets)
         nonfinite, why = _file_nonfinite(stored) if from_arrays is None else from_arrays[:2]
         entry: dict[str, Any] = {
             "kind": str(meta.get("kind", "file")),

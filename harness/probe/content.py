@@ -265,8 +265,19 @@ def _file_nonfinite(path: Path) -> tuple[int | None, str | None]:
     return sum(_nonfinite(part) for part in parts), None
 
 
+def muxed_by_harness(path: Path) -> tuple[int, ...] | None:
+    """Packets per stream, if ``harness.media.write_mp4`` wrote ``path`` in this process and it
+    is unchanged since (``harness.media.muxed_packets``); None otherwise, or if that module was
+    never imported (then nothing here was written by it)."""
+    media = sys.modules.get("harness.media")
+    return None if media is None else media.muxed_packets(path)
+
+
 def sources_nonfinite(
-    path: Path, sources: Sequence[str], outputs: Mapping[str, Mapping[str, Any]]
+    path: Path,
+    sources: Sequence[str],
+    outputs: Mapping[str, Mapping[str, Any]],
+    packets: Sequence[int] | None = None,
 ) -> tuple[int | None, str | None, list[str]] | None:
     """NaN/Inf count of a media file from the arrays it was encoded from, or None to decode it.
 
@@ -275,7 +286,9 @@ def sources_nonfinite(
     most: an MP4's frames are 8-bit and cannot hold NaN/Inf, and its encoder refuses
     non-finite samples, so the arrays are the honest place to look. The file itself is still
     opened and demuxed (a few ms, no decoding): one that does not is broken, ``(None, why,
-    sources)``. None when any source is not such an output (the file is decoded instead).
+    sources)``. ``packets`` (:func:`muxed_by_harness`) are the packets per stream the
+    harness's own muxer wrote into an unchanged file: they stand for what the demux would
+    count. None when any source is not such an output (the file is decoded instead).
     """
     if path.suffix.lower() not in _MEDIA_SUFFIXES or not sources:
         return None
@@ -284,7 +297,11 @@ def sources_nonfinite(
         not isinstance(c, int) for c in counts
     ):
         return None
-    why = _demux_problem(path)
+    if packets is None:
+        why = _demux_problem(path)
+    else:  # the harness's own muxer counted the packets of each stream as it wrote them
+        empty = [i for i, n in enumerate(packets) if not n]
+        why = f"{path}: streams {empty} hold no packets" if empty else None
     if why is not None:
         return None, why, list(sources)
     return sum(int(c) for c in counts if c is not None), None, list(sources)

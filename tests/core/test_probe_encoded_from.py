@@ -97,3 +97,32 @@ def test_a_media_file_in_another_container_than_its_suffix_says_still_demuxes(
     entry = rec.outputs["mp4"]
     assert entry["nonfinite"] == 0 and "corrupt" not in entry, entry
     assert entry["nonfinite_from"] == ["video"]
+
+
+def test_an_mp4_the_harness_muxed_is_not_demuxed_again_until_it_changes(
+    rec: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, frames, pcm = _mp4(tmp_path / "clip.mp4")
+    video_only, _, _ = _mp4(tmp_path / "video.mp4", with_audio=False)
+    packets = media.muxed_packets(path)
+    assert packets is not None and len(packets) == 2 and min(packets) > 0
+    assert media.muxed_packets(video_only) == (5,)  # one packet per frame, no B-frames
+    copy = tmp_path / "copy.mp4"
+    copy.write_bytes(path.read_bytes())
+    assert media.muxed_packets(copy) is None  # not a file write_mp4 wrote
+
+    demuxed: list[Path] = []
+    real = content._demux
+    monkeypatch.setattr(content, "_demux", lambda p, d: demuxed.append(p) or real(p, d))
+    probe.output("video", frames, kind="video")
+    probe.output("audio", pcm, kind="audio")
+    probe.output("mp4", path, kind="file", encoded_from=("video", "audio"))
+    assert demuxed == [] and rec.outputs["mp4"]["nonfinite"] == 0
+    assert rec.outputs["mp4"]["nonfinite_from"] == ["video", "audio"]
+
+    path.write_bytes(path.read_bytes()[:200])  # changed since written: demuxed, and broken
+    assert media.muxed_packets(path) is None
+    probe.output("mp4-cut", path, kind="file", encoded_from=("video", "audio"))
+    assert set(demuxed) == {rec.output_dir / "mp4-cut.mp4"}  # with the suffix's demuxer, then any
+    entry = rec.outputs["mp4-cut"]
+    assert entry["nonfinite"] is None and entry["corrupt"] is True
