@@ -14,6 +14,7 @@ full scale +-1.
 from __future__ import annotations
 
 import contextvars
+import functools
 import hashlib
 import math
 from collections.abc import Iterator
@@ -211,10 +212,15 @@ def audio_lsd(
     if np.array_equal(p, t):
         return 0.0  # equal spectra: every log difference is 0
     power = _power_spectra(np.stack([p, t]), n_fft)
-    lp, lt = 10.0 * np.log10(power + LSD_EPS)
+    power += LSD_EPS
+    # 10 log10(P_pred) - 10 log10(P_target) as one log of the ratio (half the logs), and the
+    # factor 10 outside the root: sqrt(mean((10 x)^2)) = 10 sqrt(mean(x^2)).
+    ratio = np.divide(power[0], power[1])
+    np.log10(ratio, out=ratio)
+    np.multiply(ratio, ratio, out=ratio)
     # [channels, frames, freqs]: mean over frequency, sqrt, then over frames and channels.
-    per_frame = np.sqrt(np.mean((lp - lt) ** 2, axis=-1))
-    return float(np.mean(per_frame))
+    per_frame = np.sqrt(ratio.mean(axis=-1))
+    return float(10.0 * np.mean(per_frame))
 
 
 def _power_spectra(x: np.ndarray, n_fft: int) -> np.ndarray:
@@ -222,12 +228,24 @@ def _power_spectra(x: np.ndarray, n_fft: int) -> np.ndarray:
     boundary=None, padded=False, detrend=False)|^2`` with frames before frequencies: the same
     frames, periodic Hann window and "spectrum" scaling, in one ``rfft`` over every frame of
     every clip (scipy's general STFT cost more than the transform on short clips)."""
+    import scipy.fft
+
+    frames = np.lib.stride_tricks.sliding_window_view(x, n_fft, axis=-1)[..., :: n_fft // 4, :]
+    spectrum = scipy.fft.rfft(frames * _scaled_hann(n_fft), axis=-1)
+    power = np.square(spectrum.real)
+    power += np.square(spectrum.imag)
+    return power
+
+
+@functools.cache
+def _scaled_hann(n_fft: int) -> np.ndarray:
+    """The periodic Hann window scipy.signal.stft uses, over its sum ("spectrum" scaling)."""
     from scipy.signal import get_window
 
-    window = get_window("hann", n_fft)  # periodic, as scipy.signal.stft uses it
-    frames = np.lib.stride_tricks.sliding_window_view(x, n_fft, axis=-1)[..., :: n_fft // 4, :]
-    spectrum = np.fft.rfft(frames * (window / window.sum()), axis=-1)
-    return spectrum.real**2 + spectrum.imag**2
+    window = get_window("hann", n_fft)
+    scaled = window / window.sum()
+    scaled.flags.writeable = False
+    return scaled
 
 
 class _AudioMetric(Metric):
