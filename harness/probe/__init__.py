@@ -38,7 +38,9 @@ from harness.probe.content import (
     content_hash,
     copy_hashed,
     describe,
+    describe_held,
     hash_input,
+    hold,
     muxed_by_harness,
     sources_nonfinite,
 )
@@ -79,6 +81,19 @@ class _Recorder:
     # The platform identity the attempt runs as (harness.platforms.Identity JSON).
     info: Mapping[str, Any] | None = None
     made_output_dir: bool = False
+    # Fingerprints copied at the call and described when the attempt ends (content.hold);
+    # their names already hold a place in ``fingerprints``, so the call order is kept.
+    held: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    held_inputs: dict[str, Any] = field(default_factory=dict)  # the same, for input hashes
+
+    def settle(self) -> None:
+        """Describe the held fingerprints and hash the held inputs (the target has returned)."""
+        for name, (copy, device) in self.held.items():
+            self.fingerprints[name] = describe_held(copy, device)
+        self.held.clear()
+        for name, copy in self.held_inputs.items():
+            self.inputs[name] = content_hash(copy)
+        self.held_inputs.clear()
 
     def __post_init__(self) -> None:
         self.book.device = self.device
@@ -125,6 +140,8 @@ def _end() -> _Recorder | None:
     """Stop recording and hand back what was recorded (called by the worker only)."""
     global _current
     rec, _current = _current, None
+    if rec is not None:
+        rec.settle()
     return rec
 
 
@@ -186,10 +203,21 @@ def stage(name: str) -> AbstractContextManager[None]:
 
 
 def fingerprint(name: str, tensor_or_array: Any) -> None:
-    """Record a fingerprint of an intermediate tensor; order of calls is kept."""
+    """Record a fingerprint of an intermediate tensor; order of calls is kept.
+
+    A tensor or array of up to 1 MiB is copied here and described when the target returns,
+    outside its timing (``content.hold``); the fingerprint is of what it held at this call.
+    """
     if _current is None:
         return
-    _current.fingerprints[name] = describe(tensor_or_array)
+    rec = _current
+    held = hold(tensor_or_array)
+    if held is None:
+        rec.held.pop(name, None)
+        rec.fingerprints[name] = describe(tensor_or_array)
+    else:
+        rec.fingerprints[name] = {}  # its place in the order; filled by settle()
+        rec.held[name] = held
 
 
 def record_input(name: str, data_or_path: Any) -> None:
@@ -200,7 +228,14 @@ def record_input(name: str, data_or_path: Any) -> None:
     """
     if _current is None:
         return
-    _current.inputs[name] = hash_input(data_or_path)
+    rec = _current
+    held = hold(data_or_path)  # a small tensor or array: hashed when the target returns
+    if held is None:
+        rec.held_inputs.pop(name, None)
+        rec.inputs[name] = hash_input(data_or_path)
+    else:
+        rec.inputs[name] = ""  # its place in the order; filled by settle()
+        rec.held_inputs[name] = held[0]
 
 
 def _claim(rec: _Recorder, name: str, suffix: str) -> Path | None:
