@@ -17,7 +17,8 @@ Two figures, each as a share of the plain ``pipe(...)`` call (the issue's bar: a
 - **the harness's own code, timed where it runs**: in every harness attempt, the time spent
   in the probe's calls and the :class:`~diffusers_scenarios.instrument.Instrument`'s methods
   inside the target (outermost calls only, so a fingerprint taken inside a hook counts once),
-  plus ``run_attempt`` outside the target (seeding, recording, every check). Precise, but
+  plus ``run_attempt`` outside the target (seeding, the fingerprints and inputs the probe
+  held to describe after the target, every check). Precise, but
   blind to what the harness costs the pipeline indirectly (torch's slower dispatch for a
   module with hooks, caches the checks evict);
 - **the A/B difference**: the median over rounds of (harness attempt - plain attempt), which

@@ -214,9 +214,9 @@ def hang_with_pid(pidfile):
     time.sleep(600)
 '''
 
-ISOBULKY = '''
+ISOBULKY = """
 ROWS = [{"row": i, "cells": [i, str(i)]} for i in range(30_000)]
-'''
+"""
 
 
 def alive(pid: int) -> bool:
