@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from harness.fsio import slug, write_array
 from harness.probe.content import (
@@ -72,8 +72,10 @@ class _Recorder:
     # The attempt's platform, for synchronize / device events / peak memory (None: wall time).
     device: StageDevice | None = None
     book: StageBook = field(default_factory=StageBook)
-    fingerprints: dict[str, dict[str, Any]] = field(default_factory=dict)
-    inputs: dict[str, str] = field(default_factory=dict)
+    # Name -> what was recorded, in call order; a small tensor or array is a _Held copy until
+    # the attempt ends (or until read): read through ``fingerprints`` and ``inputs``.
+    recorded_fingerprints: dict[str, Any] = field(default_factory=dict)
+    recorded_inputs: dict[str, Any] = field(default_factory=dict)
     outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)
     # Output arrays kept in memory so checks in the same worker need not re-read the files.
@@ -81,19 +83,21 @@ class _Recorder:
     # The platform identity the attempt runs as (harness.platforms.Identity JSON).
     info: Mapping[str, Any] | None = None
     made_output_dir: bool = False
-    # Fingerprints copied at the call and described when the attempt ends (content.hold);
-    # their names already hold a place in ``fingerprints``, so the call order is kept.
-    held: dict[str, tuple[Any, Any]] = field(default_factory=dict)
-    held_inputs: dict[str, Any] = field(default_factory=dict)  # the same, for input hashes
 
     def settle(self) -> None:
-        """Describe the held fingerprints and hash the held inputs (the target has returned)."""
-        for name, (copy, device) in self.held.items():
-            self.fingerprints[name] = describe_held(copy, device)
-        self.held.clear()
-        for name, copy in self.held_inputs.items():
-            self.inputs[name] = content_hash(copy)
-        self.held_inputs.clear()
+        """Describe the held fingerprints and hash the held inputs (the attempt has ended)."""
+        _settled(self.recorded_fingerprints, _describe_held)
+        _settled(self.recorded_inputs, _hash_held)
+
+    @property
+    def fingerprints(self) -> dict[str, dict[str, Any]]:
+        """Fingerprint name -> description, in call order; held copies described first."""
+        return _settled(self.recorded_fingerprints, _describe_held)
+
+    @property
+    def inputs(self) -> dict[str, str]:
+        """Input name -> content hash, in call order; held copies hashed first."""
+        return _settled(self.recorded_inputs, _hash_held)
 
     def __post_init__(self) -> None:
         self.book.device = self.device
@@ -112,6 +116,33 @@ class _Recorder:
     def stage_memory(self) -> dict[str, int]:
         """Stage name -> peak allocated device bytes; empty without a device counter."""
         return self.book.memory
+
+
+class _Held(NamedTuple):
+    """A fingerprint or input copied at the call, described when the attempt ends."""
+
+    copy: Any
+    device: Any
+
+
+def _describe_held(held: _Held) -> dict[str, Any]:
+    return describe_held(held.copy, held.device)
+
+
+def _hash_held(held: _Held) -> str:
+    return content_hash(held.copy)
+
+
+def _settled(recorded: dict[str, Any], finish: Callable[[_Held], Any]) -> dict[str, Any]:
+    """A copy of ``recorded`` with every :class:`_Held` value finished, and stored back so it is
+    finished once. A copy: a thread that probes after the attempt ended (an isolation failure
+    of its case) never changes what was read."""
+    out = {}
+    for name, value in list(recorded.items()):
+        if isinstance(value, _Held):
+            value = recorded[name] = finish(value)
+        out[name] = value
+    return out
 
 
 _current: _Recorder | None = None
@@ -210,14 +241,10 @@ def fingerprint(name: str, tensor_or_array: Any) -> None:
     """
     if _current is None:
         return
-    rec = _current
     held = hold(tensor_or_array)
-    if held is None:
-        rec.held.pop(name, None)
-        rec.fingerprints[name] = describe(tensor_or_array)
-    else:
-        rec.fingerprints[name] = {}  # its place in the order; filled by settle()
-        rec.held[name] = held
+    _current.recorded_fingerprints[name] = (
+        describe(tensor_or_array) if held is None else _Held(*held)
+    )
 
 
 def record_input(name: str, data_or_path: Any) -> None:
@@ -228,14 +255,8 @@ def record_input(name: str, data_or_path: Any) -> None:
     """
     if _current is None:
         return
-    rec = _current
     held = hold(data_or_path)  # a small tensor or array: hashed when the target returns
-    if held is None:
-        rec.held_inputs.pop(name, None)
-        rec.inputs[name] = hash_input(data_or_path)
-    else:
-        rec.inputs[name] = ""  # its place in the order; filled by settle()
-        rec.held_inputs[name] = held[0]
+    _current.recorded_inputs[name] = hash_input(data_or_path) if held is None else _Held(*held)
 
 
 def _claim(rec: _Recorder, name: str, suffix: str) -> Path | None:
