@@ -54,10 +54,9 @@ def _as_numpy(x: Any) -> Any:
 
     t = _torch_tensor(x)
     if t is not None:
-        torch = sys.modules["torch"]
         t = t.detach().cpu()
-        if t.dtype in (torch.bfloat16, torch.float16) or "float8" in str(t.dtype):
-            t = t.to(torch.float32)
+        if t.is_floating_point() and t.element_size() < 4:  # bfloat16, float16, float8 kinds
+            t = t.to(sys.modules["torch"].float32)
         return t.contiguous().numpy()
     return np.asarray(x)
 
@@ -116,7 +115,8 @@ def _describe(x: Any) -> tuple[dict[str, Any], Any]:
     lo = hi = mean = None
     nonfinite = 0
     if a.size and a.dtype.kind in "biuf":
-        lo, hi = float(a.min()), float(a.max())
+        # The ufuncs' own reductions: what ndarray.min/max/mean call, without their wrappers.
+        lo, hi = float(np.minimum.reduce(a, axis=None)), float(np.maximum.reduce(a, axis=None))
         # NaN propagates through min and max and an Inf is one of them: finite extremes mean
         # every value is finite, and the array needs no isfinite pass.
         if a.dtype.kind == "f" and not (math.isfinite(lo) and math.isfinite(hi)):
@@ -127,7 +127,7 @@ def _describe(x: Any) -> tuple[dict[str, Any], Any]:
                 lo, hi = float(vals.min()), float(vals.max())
                 mean = float(vals.mean(dtype=np.float64))
         else:
-            mean = float(a.mean(dtype=np.float64))
+            mean = float(np.add.reduce(a, axis=None, dtype=np.float64) / a.size)
     else:
         nonfinite = _nonfinite(a)
     t = _torch_tensor(x)
