@@ -407,3 +407,19 @@ def test_a_small_input_is_hashed_as_it_was_at_the_call(rec: Any) -> None:
     assert list(rec.recorded_inputs) == ["noise", "prompt"]
     assert isinstance(rec.recorded_inputs["noise"], probe._Held)
     assert rec.inputs["noise"] == want != probe.hash_input(noise)
+
+
+def test_fingerprint_extremes_and_mean_are_ndarrays_own() -> None:
+    # The probe reduces through the ufuncs directly; the values are what ndarray's min, max
+    # and mean(dtype=float64) give, for every kind it describes.
+    rng = np.random.default_rng(0)
+    for a in (
+        (rng.standard_normal((1, 16, 3, 4, 4)) * 100).astype(np.float32),
+        rng.integers(0, 256, (9, 32, 32, 3), dtype=np.uint8),
+        rng.standard_normal(100_003).astype(np.float32),
+        rng.integers(-5, 5, (3, 5)),
+        rng.random(7) > 0.5,
+    ):
+        got = probe.describe(a)
+        want = (float(a.min()), float(a.max()), float(a.mean(dtype=np.float64)))
+        assert (got["min"], got["max"], got["mean"]) == want, a.dtype
