@@ -26,11 +26,12 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from harness.fsio import slug, write_array
 from harness.probe.content import (
     _DECODABLE,
+    Held,
     _describe,
     _file_hash,
     _file_nonfinite,
@@ -38,7 +39,6 @@ from harness.probe.content import (
     content_hash,
     copy_hashed,
     describe,
-    describe_held,
     hash_input,
     hold,
     muxed_by_harness,
@@ -72,7 +72,7 @@ class _Recorder:
     # The attempt's platform, for synchronize / device events / peak memory (None: wall time).
     device: StageDevice | None = None
     book: StageBook = field(default_factory=StageBook)
-    # Name -> what was recorded, in call order; a small tensor or array is a _Held copy until
+    # Name -> what was recorded, in call order; a small tensor or array is a Held copy until
     # the attempt ends (or until read): read through ``fingerprints`` and ``inputs``.
     recorded_fingerprints: dict[str, Any] = field(default_factory=dict)
     recorded_inputs: dict[str, Any] = field(default_factory=dict)
@@ -86,18 +86,18 @@ class _Recorder:
 
     def settle(self) -> None:
         """Describe the held fingerprints and hash the held inputs (the attempt has ended)."""
-        _settled(self.recorded_fingerprints, _describe_held)
-        _settled(self.recorded_inputs, _hash_held)
+        _settled(self.recorded_fingerprints, Held.describe)
+        _settled(self.recorded_inputs, Held.content_hash)
 
     @property
     def fingerprints(self) -> dict[str, dict[str, Any]]:
         """Fingerprint name -> description, in call order; held copies described first."""
-        return _settled(self.recorded_fingerprints, _describe_held)
+        return _settled(self.recorded_fingerprints, Held.describe)
 
     @property
     def inputs(self) -> dict[str, str]:
         """Input name -> content hash, in call order; held copies hashed first."""
-        return _settled(self.recorded_inputs, _hash_held)
+        return _settled(self.recorded_inputs, Held.content_hash)
 
     def __post_init__(self) -> None:
         self.book.device = self.device
@@ -118,28 +118,13 @@ class _Recorder:
         return self.book.memory
 
 
-class _Held(NamedTuple):
-    """A fingerprint or input copied at the call, described when the attempt ends."""
-
-    copy: Any
-    device: Any
-
-
-def _describe_held(held: _Held) -> dict[str, Any]:
-    return describe_held(held.copy, held.device)
-
-
-def _hash_held(held: _Held) -> str:
-    return content_hash(held.copy)
-
-
-def _settled(recorded: dict[str, Any], finish: Callable[[_Held], Any]) -> dict[str, Any]:
-    """A copy of ``recorded`` with every :class:`_Held` value finished, and stored back so it is
-    finished once. A copy: a thread that probes after the attempt ended (an isolation failure
-    of its case) never changes what was read."""
+def _settled(recorded: dict[str, Any], finish: Callable[[Held], Any]) -> dict[str, Any]:
+    """A copy of ``recorded`` with every :class:`~harness.probe.content.Held` value finished,
+    and stored back so it is finished once. A copy: a thread that probes after the attempt
+    ended (an isolation failure of its case) never changes what was read."""
     out = {}
     for name, value in list(recorded.items()):
-        if isinstance(value, _Held):
+        if isinstance(value, Held):
             value = recorded[name] = finish(value)
         out[name] = value
     return out
@@ -242,9 +227,7 @@ def fingerprint(name: str, tensor_or_array: Any) -> None:
     if _current is None:
         return
     held = hold(tensor_or_array)
-    _current.recorded_fingerprints[name] = (
-        describe(tensor_or_array) if held is None else _Held(*held)
-    )
+    _current.recorded_fingerprints[name] = describe(tensor_or_array) if held is None else held
 
 
 def record_input(name: str, data_or_path: Any) -> None:
@@ -256,7 +239,7 @@ def record_input(name: str, data_or_path: Any) -> None:
     if _current is None:
         return
     held = hold(data_or_path)  # a small tensor or array: hashed when the target returns
-    _current.recorded_inputs[name] = hash_input(data_or_path) if held is None else _Held(*held)
+    _current.recorded_inputs[name] = hash_input(data_or_path) if held is None else held
 
 
 def _claim(rec: _Recorder, name: str, suffix: str) -> Path | None:

@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from harness.fsio import read_tensors
 
@@ -155,10 +155,28 @@ def _describe(x: Any) -> tuple[dict[str, Any], Any]:
 HOLD_BYTES = 1 << 20
 
 
-def hold(x: Any) -> tuple[Any, Any] | None:
-    """A private copy of a small tensor or array to describe later, and where it lived (a
-    ``torch.device``, or None for numpy); None for anything else, or larger than
-    :data:`HOLD_BYTES`.
+class Held(NamedTuple):
+    """A private copy of a small tensor or array (:func:`hold`), and the ``torch.device`` the
+    original lived on (None for numpy), to describe or hash once the target has returned."""
+
+    copy: Any
+    device: Any
+
+    def describe(self) -> dict[str, Any]:
+        """:func:`describe` of the copy, with the device the original lived on."""
+        info = _describe(self.copy)[0]
+        if self.device is not None:
+            info["device"] = str(self.device)
+        return info
+
+    def content_hash(self) -> str:
+        """:func:`content_hash` of the copy (the original's: same bytes, dtype and shape)."""
+        return content_hash(self.copy)
+
+
+def hold(x: Any) -> Held | None:
+    """A :class:`Held` copy of a small tensor or array to describe later; None for anything
+    else, or anything larger than :data:`HOLD_BYTES` (then described at the call).
 
     Why: a fingerprint taken between a pipeline's kernels runs with the harness's code and
     data evicted from the caches, ~0.3 ms for a 3 KB tensor against ~0.07 ms in a batch of
@@ -173,19 +191,11 @@ def hold(x: Any) -> tuple[Any, Any] | None:
             return None
         t = t.detach()
         # A device tensor's .cpu() is its copy (and synchronizes, as describing it would).
-        return (t.clone() if t.device.type == "cpu" else t.cpu()), t.device
+        return Held(t.clone() if t.device.type == "cpu" else t.cpu(), t.device)
     np = sys.modules.get("numpy")
-    if np is not None and isinstance(x, np.ndarray) and x.dtype.kind in "biufc":
-        return (x.copy() if x.nbytes <= HOLD_BYTES else None), None
-    return None
-
-
-def describe_held(copy: Any, device: Any) -> dict[str, Any]:
-    """:func:`describe` of a :func:`hold` copy, with the device the original lived on."""
-    info = _describe(copy)[0]
-    if device is not None:
-        info["device"] = str(device)
-    return info
+    if np is None or not isinstance(x, np.ndarray) or x.dtype.kind not in "biufc":
+        return None
+    return Held(x.copy(), None) if x.nbytes <= HOLD_BYTES else None
 
 
 def describe(x: Any) -> dict[str, Any]:

@@ -386,13 +386,13 @@ def test_a_small_fingerprint_is_of_what_the_tensor_held_at_the_call(rec: Any) ->
     recorded = rec.recorded_fingerprints
     assert list(recorded) == ["step0", "frames", "big", "step1"]
     assert recorded["big"]["max"] == 1.0  # already described
-    assert {n for n, v in recorded.items() if isinstance(v, probe._Held)} == {
+    assert {n for n, v in recorded.items() if isinstance(v, probe.Held)} == {
         "step0",
         "frames",
         "step1",
     }
     fps = rec.fingerprints  # reading them describes what is held
-    assert not any(isinstance(v, probe._Held) for v in recorded.values())
+    assert not any(isinstance(v, probe.Held) for v in recorded.values())
     assert (fps["step0"]["max"], fps["step1"]["max"], fps["frames"]["max"]) == (0.0, 1.0, 0.0)
     assert fps["step0"]["hash"] == probe.hash_input(torch.zeros(4, 4))
     assert fps["step0"]["hash"] != fps["step1"]["hash"]
@@ -405,7 +405,7 @@ def test_a_small_input_is_hashed_as_it_was_at_the_call(rec: Any) -> None:
     probe.record_input("prompt", "a cat")
     noise.zero_()  # the pipeline reuses the buffer after the call
     assert list(rec.recorded_inputs) == ["noise", "prompt"]
-    assert isinstance(rec.recorded_inputs["noise"], probe._Held)
+    assert isinstance(rec.recorded_inputs["noise"], probe.Held)
     assert rec.inputs["noise"] == want != probe.hash_input(noise)
 
 
@@ -423,3 +423,19 @@ def test_fingerprint_extremes_and_mean_are_ndarrays_own() -> None:
         got = probe.describe(a)
         want = (float(a.min()), float(a.max()), float(a.mean(dtype=np.float64)))
         assert (got["min"], got["max"], got["mean"]) == want, a.dtype
+
+
+def test_an_array_over_the_hold_size_is_described_at_the_call(rec: Any) -> None:
+    # Over 1 MiB, a numpy array or torch tensor is described (or hashed) at the call, and the
+    # attempt's end describes the small rest: nothing large is held, nothing is lost.
+    big = np.ones(1 << 18)  # 2 MiB of float64
+    small = np.zeros(4, np.float32)
+    for name, x in (("big-np", big), ("big-torch", torch.from_numpy(big)), ("small", small)):
+        probe.fingerprint(name, x)
+        probe.record_input(name, x)
+    held = {n for n, v in rec.recorded_fingerprints.items() if isinstance(v, probe.Held)}
+    assert held == {"small"}
+    probe._end()
+    assert rec.fingerprints["big-np"]["max"] == 1.0 and rec.fingerprints["small"]["max"] == 0.0
+    assert rec.inputs["big-np"] == probe.hash_input(big)
+    assert rec.inputs["small"] == probe.hash_input(small)
