@@ -341,19 +341,20 @@ def read_wav(path: str | os.PathLike[str]) -> AudioData:
 
 
 # What write_mp4 muxed in this process: packets per stream of each file it wrote, by the file's
-# (path, size, mtime_ns, ctime_ns, inode) when written; the newest 256 files.
-_MUXED: dict[tuple[str, int, int, int, int], tuple[int, ...]] = {}
+# (device, inode, size, mtime_ns, ctime_ns) when written; the newest 256 files. The file's
+# identity is its inode, under any path or link to it: no path is resolved to look one up.
+_MUXED: dict[tuple[int, int, int, int, int], tuple[int, ...]] = {}
 
 
-def _stat_key(path: Path) -> tuple[str, int, int, int, int]:
+def _stat_key(path: Path) -> tuple[int, int, int, int, int]:
     st = os.stat(path)
-    return (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def muxed_packets(path: str | os.PathLike[str]) -> tuple[int, ...] | None:
     """The packets :func:`write_mp4` muxed into each stream of ``path``, in stream order, while
-    the file is the one it wrote (same path, size, modification and change time, inode); None
-    for any other file. What demuxing the file again would count, without opening it."""
+    the file is the one it wrote (same device and inode, size, modification and change time);
+    None for any other file. What demuxing the file again would count, without opening it."""
     try:
         return _MUXED.get(_stat_key(Path(path)))
     except OSError:
