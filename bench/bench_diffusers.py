@@ -135,6 +135,7 @@ class Meter:
     """
 
     PROBE = ("fingerprint", "record_input", "output", "note", "seed", "platform_info")
+    CONTEXTS = ("stage", "output_file")
     INSTRUMENT = ("__enter__", "remove", "_enter", "_exit", "callback")
 
     def __init__(self) -> None:
@@ -172,20 +173,26 @@ class Meter:
             setattr(probe, name, self._timed(getattr(probe, name), "probe"))
         for name in self.INSTRUMENT:
             setattr(Instrument, name, self._timed(getattr(Instrument, name), "hooks"))
-        stage = probe.stage
         meter = self
 
-        class TimedStage:
-            def __init__(self, name: str) -> None:
-                self.cm = stage(name)
+        def timed_context(factory: Callable[..., Any]) -> Callable[..., Any]:
+            """``factory`` (probe.stage, probe.output_file) with its contexts' enter and exit
+            timed as probe calls."""
 
-            def __enter__(self) -> None:
-                meter._timed(self.cm.__enter__, "probe")()
+            class Timed:
+                def __init__(self, *args: Any, **kwargs: Any) -> None:
+                    self.cm = meter._timed(factory, "probe")(*args, **kwargs)
 
-            def __exit__(self, *exc: Any) -> Any:
-                return meter._timed(self.cm.__exit__, "probe")(*exc)
+                def __enter__(self) -> Any:
+                    return meter._timed(self.cm.__enter__, "probe")()
 
-        probe.stage = TimedStage  # type: ignore[assignment]
+                def __exit__(self, *exc: Any) -> Any:
+                    return meter._timed(self.cm.__exit__, "probe")(*exc)
+
+            return Timed
+
+        for name in self.CONTEXTS:
+            setattr(probe, name, timed_context(getattr(probe, name)))
         resolve = worker_attempt.resolve_target
 
         def resolve_timed(spec: str) -> Callable[..., Any]:

@@ -33,7 +33,6 @@ from harness.probe.content import (
     _DECODABLE,
     Held,
     _describe,
-    _file_hash,
     _file_nonfinite,
     _is_pathlike,
     content_hash,
@@ -54,6 +53,7 @@ __all__ = [
     "hash_input",
     "note",
     "output",
+    "output_file",
     "platform",
     "platform_info",
     "record_input",
@@ -249,13 +249,23 @@ def _claim(rec: _Recorder, name: str, suffix: str) -> Path | None:
     a NaN recorded in between), so it is an error. File names are ``slug(name) + suffix``,
     injective because ``slug`` is and a suffix holds exactly one dot.
     """
+    _refuse_taken(rec, name)
+    if rec.output_dir is None:
+        return None
+    return _claim_path(rec, name, suffix)
+
+
+def _refuse_taken(rec: _Recorder, name: str) -> None:
     if name in rec.outputs:
         raise ValueError(
             f"probe.output: output '{name}' was already recorded in this attempt; "
             "give every output its own name"
         )
-    if rec.output_dir is None:
-        return None
+
+
+def _claim_path(rec: _Recorder, name: str, suffix: str) -> Path:
+    """The file of output ``name`` in the (existing) output folder."""
+    assert rec.output_dir is not None
     if not rec.made_output_dir:
         rec.output_dir.mkdir(parents=True, exist_ok=True)
         rec.made_output_dir = True
@@ -293,10 +303,8 @@ def output(
         dst = _claim(rec, name, src.suffix or ".bin")
         names = [encoded_from] if isinstance(encoded_from, str) else list(encoded_from)
         packets = muxed_by_harness(src) if names else None
-        if dst is not None:
-            digest, size = copy_hashed(src, dst)
-        else:
-            digest, size = _file_hash(src), src.stat().st_size
+        # Hashed where it lies when it is already the output's file (``output_file``).
+        digest, size = copy_hashed(src, dst)
         if packets is not None and muxed_by_harness(src) != packets:
             packets = None  # changed while it was copied: demux the copy instead
         stored = dst or src
@@ -333,6 +341,73 @@ def output(
         write_array(dst, array, metadata={k: str(v) for k, v in clean_meta.items()})
         entry["path"] = str(dst)
     rec.outputs[name] = entry
+
+
+def output_file(
+    name: str, suffix: str, *, encoded_from: str | Sequence[str] = (), **meta: Any
+) -> AbstractContextManager[Path]:
+    """Where to write output ``name``, a file with ``suffix``; recorded as
+    ``output(name, path, encoded_from=..., **meta)`` when the block ends without an error.
+
+    Inside an attempt the path is the output's own file in the run's output folder, so the
+    probe hashes the file where it lies instead of copying it in: a target that would write to
+    a temporary folder and hand the probe that file saves the folder, the copy and the removal
+    (about 0.6 ms per attempt on ext4, a tenth of what the harness adds to a tiny pipeline).
+    Outside an attempt, or in one without an output folder, the path is in a temporary folder
+    that is removed after the block (without an output folder the record then keeps no
+    ``path``). A block that raises records nothing and removes what it wrote::
+
+        with probe.output_file("mp4", ".mp4", encoded_from=("video",)) as path:
+            write_mp4(path, frames, fps=16)
+    """
+    if not (suffix.startswith(".") and suffix.count(".") == 1 and Path(f"x{suffix}").suffix):
+        raise ValueError(
+            f"probe.output_file('{name}', {suffix!r}): the suffix must be one file suffix "
+            "with its dot, such as '.mp4'"
+        )
+    return _OutputFile(name, suffix, encoded_from, meta)
+
+
+class _OutputFile:
+    """The context of :func:`output_file`."""
+
+    def __init__(
+        self, name: str, suffix: str, encoded_from: str | Sequence[str], meta: dict[str, Any]
+    ) -> None:
+        self.name, self.suffix, self.encoded_from, self.meta = name, suffix, encoded_from, meta
+        self.path = Path()
+        self.tmp: Any = None
+
+    def __enter__(self) -> Path:
+        rec = _current
+        if rec is not None:
+            _refuse_taken(rec, self.name)  # before the block writes over that output's file
+        if rec is not None and rec.output_dir is not None:
+            self.path = _claim_path(rec, self.name, self.suffix)
+        else:
+            import tempfile
+
+            self.tmp = tempfile.TemporaryDirectory(prefix="harness-output-")
+            self.path = Path(self.tmp.name) / f"{slug(self.name)}{self.suffix}"
+        return self.path
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        try:
+            if exc_type is not None:
+                self.path.unlink(missing_ok=True)
+                return
+            if not self.path.is_file():
+                raise FileNotFoundError(
+                    f"probe.output_file('{self.name}', {self.suffix!r}): the block wrote no "
+                    f"file at {self.path}"
+                )
+            output(self.name, self.path, encoded_from=self.encoded_from, **self.meta)
+            rec = _current
+            if self.tmp is not None and rec is not None and self.name in rec.outputs:
+                rec.outputs[self.name].pop("path", None)  # removed with its folder below
+        finally:
+            if self.tmp is not None:
+                self.tmp.cleanup()
 
 
 def snapshot(rec: _Recorder) -> Mapping[str, Any]:

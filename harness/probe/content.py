@@ -5,6 +5,7 @@ are imported inside the functions that need them (torch only if the target alrea
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import math
@@ -234,15 +235,19 @@ def _file_hash(path: Path) -> str:
     return _hash_prefix() + h.hexdigest()
 
 
-def copy_hashed(src: Path, dst: Path) -> tuple[str, int]:
+def copy_hashed(src: Path, dst: Path | None) -> tuple[str, int]:
     """Copy ``src`` to ``dst``, hashing the bytes as they pass: ``(hash, size)`` of what was
-    written (one read of the file, not a copy and then a second read to hash it)."""
+    written (one read of the file, not a copy and then a second read to hash it). ``dst``
+    None (or ``src`` itself) hashes ``src`` where it lies."""
     h = _hasher()
     size = 0
-    with src.open("rb") as fin, dst.open("wb") as fout:
+    with contextlib.ExitStack() as files:
+        fin = files.enter_context(src.open("rb"))
+        fout = files.enter_context(dst.open("wb")) if dst is not None and dst != src else None
         for chunk in iter(lambda: fin.read(1 << 20), b""):
             h.update(chunk)
-            fout.write(chunk)
+            if fout is not None:
+                fout.write(chunk)
             size += len(chunk)
     return _hash_prefix() + h.hexdigest(), size
 

@@ -17,8 +17,6 @@ Example (a case file)::
 from __future__ import annotations
 
 import os
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -76,12 +74,14 @@ def _notes(pipe: Any) -> None:
 
 
 def _export(frames: np.ndarray, pcm: np.ndarray | None, fps: int, sample_rate: int) -> None:
-    with tempfile.TemporaryDirectory(prefix="diffusers-scenario-") as tmp:
-        with probe.stage("ExportStage"):
-            mp4 = write_mp4(Path(tmp) / "out.mp4", frames, pcm, fps=fps, sample_rate=sample_rate)
-        # Copied into the run at call time; NaN/Inf counted in the arrays it was encoded from.
-        sources = ("video",) if pcm is None else ("video", "audio")
-        probe.output("mp4", mp4, kind="file", encoded_from=sources)
+    # Written straight into the run (a temporary folder outside an attempt); NaN/Inf counted in
+    # the arrays it was encoded from.
+    sources = ("video",) if pcm is None else ("video", "audio")
+    with (
+        probe.output_file("mp4", ".mp4", kind="file", encoded_from=sources) as path,
+        probe.stage("ExportStage"),
+    ):
+        write_mp4(path, frames, pcm, fps=fps, sample_rate=sample_rate)
 
 
 def ltx2_inputs(
