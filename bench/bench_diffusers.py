@@ -1,20 +1,22 @@
 """What the harness adds, per attempt, to the plain diffusers pipeline call (same process).
 
 For each case of ``cases/diffusers/pipeline.toml`` (tiny LTX-2 and Wan, 32x32, 9 frames,
-2 steps, one thread), alternating A B B A for ``--rounds`` rounds after one warm-up of each:
+2 steps, one thread), in ``--rounds`` rounds after one warm-up of each, alternating
+A B M, M B A (A plain, B harness, M harness with the meter; below):
 
 - **plain**: what the scenario does with the harness taken away: build the pipeline from
   configs, draw the noise, one ``pipe(...)`` call with no hooks and no callback, the MP4
   export; the ``pipe(...)`` call is also timed on its own;
 - **harness**: one whole attempt as a worker runs it (``harness.worker.attempt.run_attempt``):
   seeding, the scenario with its hooks, step callback, fingerprints and recorded inputs,
-  the outputs hashed, checked for NaN/Inf and written (safetensors, the MP4 copied), then
+  the outputs hashed, checked for NaN/Inf and written (safetensors; the MP4 written in the
+  run through ``probe.output_file`` and hashed there), then
   every check of the case against the committed references (SSIM/PSNR/MAE on every frame,
   audio SNR/LSD/lag, notes).
 
 Two figures, each as a share of the plain ``pipe(...)`` call (the issue's bar: at most 10 %):
 
-- **the harness's own code, timed where it runs**: in every harness attempt, the time spent
+- **the harness's own code, timed where it runs**: in every metered attempt (M), the time spent
   in the probe's calls and the :class:`~diffusers_scenarios.instrument.Instrument`'s methods
   inside the target (outermost calls only, so a fingerprint taken inside a hook counts once),
   plus ``run_attempt`` outside the target (seeding, the fingerprints and inputs the probe
@@ -22,7 +24,9 @@ Two figures, each as a share of the plain ``pipe(...)`` call (the issue's bar: a
   blind to what the harness costs the pipeline indirectly (torch's slower dispatch for a
   module with hooks, caches the checks evict);
 - **the A/B difference**: the median over rounds of (harness attempt - plain attempt), which
-  sees everything but carries the machine's noise (its interquartile range is printed).
+  sees everything but carries the machine's noise (its interquartile range is printed). Its
+  harness attempts (B) run without the meter, whose ~60 wrapped calls per attempt read
+  ~1-3 ms in this difference when they were in it.
 
 Before each side the bench collects garbage, untimed, as the worker does after every attempt
 (``harness/worker/main.py``): a diffusers pipeline leaves ~220 modules in reference cycles.
@@ -35,7 +39,7 @@ metric computes in full (the quality checks then fail, which costs what passing 
 The worker's per-attempt protocol and isolation cost (about 3 ms, ``bench/bench_runner.py``)
 is in neither side.
 
-    python bench/bench_diffusers.py [--rounds 10] [--steps N] [--differ] [--profile]
+    python bench/bench_diffusers.py [--rounds 16] [--steps N] [--differ] [--profile]
 
 ``--profile`` instead runs one warm attempt of each case under cProfile and prints where it
 spent its time (``-s cumtime``, harness and scenario code only).
@@ -139,6 +143,7 @@ class Meter:
     INSTRUMENT = ("__enter__", "remove", "_enter", "_exit", "callback")
 
     def __init__(self) -> None:
+        self.originals: list[tuple[Any, str, Any]] = []
         self.depth = 0
         self.inside: dict[str, float] = {"probe": 0.0, "hooks": 0.0}
         self.by_name: dict[str, float] = {}
@@ -168,11 +173,21 @@ class Meter:
 
         return timed
 
+    def _swap(self, owner: Any, name: str, new: Any) -> None:
+        self.originals.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, new)
+
+    def uninstall(self) -> None:
+        """Put back every original, so the A/B attempts run without the meter's wrappers."""
+        while self.originals:
+            owner, name, original = self.originals.pop()
+            setattr(owner, name, original)
+
     def install(self) -> None:
         for name in self.PROBE:
-            setattr(probe, name, self._timed(getattr(probe, name), "probe"))
+            self._swap(probe, name, self._timed(getattr(probe, name), "probe"))
         for name in self.INSTRUMENT:
-            setattr(Instrument, name, self._timed(getattr(Instrument, name), "hooks"))
+            self._swap(Instrument, name, self._timed(getattr(Instrument, name), "hooks"))
         meter = self
 
         def timed_context(factory: Callable[..., Any]) -> Callable[..., Any]:
@@ -192,7 +207,7 @@ class Meter:
             return Timed
 
         for name in self.CONTEXTS:
-            setattr(probe, name, timed_context(getattr(probe, name)))
+            self._swap(probe, name, timed_context(getattr(probe, name)))
         resolve = worker_attempt.resolve_target
 
         def resolve_timed(spec: str) -> Callable[..., Any]:
@@ -208,7 +223,7 @@ class Meter:
             target.__module__ = fn.__module__
             return target
 
-        worker_attempt.resolve_target = resolve_timed  # type: ignore[assignment]
+        self._swap(worker_attempt, "resolve_target", resolve_timed)
 
 
 METER = Meter()
@@ -259,13 +274,25 @@ def bench(
         plain_total.append(time.perf_counter() - t0)
 
     def run_harness(i: int) -> None:
+        """One attempt for the A/B difference, without the meter's wrappers."""
         gc.collect()
-        METER.reset()
         secs, after, status = harness_attempt(case, out, i)
         if status not in want:
             raise SystemExit(f"{case.id}: attempt {i} {status}; see {out}")
         attempts.append(secs)
         checks.append(after)
+
+    def run_metered(i: int) -> None:
+        """One attempt with the meter installed, for the harness's own code."""
+        gc.collect()
+        METER.install()
+        METER.reset()
+        try:
+            secs, _, status = harness_attempt(case, out, i)
+        finally:
+            METER.uninstall()
+        if status not in want:
+            raise SystemExit(f"{case.id}: attempt {i} {status}; see {out}")
         inside = METER.inside
         own["probe"].append(inside["probe"])
         own["hooks"].append(inside["hooks"])
@@ -274,18 +301,21 @@ def bench(
 
     run_plain()  # warm-up: imports, allocator, first build
     run_harness(0)
+    run_metered(-1)
     # As the worker does after an attempt that imported modules: freeze what survives, so the
     # collection before each side walks that side's garbage only (harness/worker/main.py).
     gc.collect()
     gc.freeze()
     for series in (plain_total, plain_call, attempts, checks, *own.values()):
         series.clear()
-    for r in range(rounds):  # A B, B A, ...
+    for r in range(rounds):  # A B M, M B A, ...: the A/B pair stays adjacent
         if r % 2 == 0:
             run_plain()
-            run_harness(r + 1)
+            run_harness(2 * r + 1)
+            run_metered(2 * r + 2)
         else:
-            run_harness(r + 1)
+            run_metered(2 * r + 2)
+            run_harness(2 * r + 1)
             run_plain()
     p_call, p_total = statistics.median(plain_call), statistics.median(plain_total)
     h_total = statistics.median(attempts)
@@ -339,7 +369,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=16)
     parser.add_argument(
         "--steps",
         type=int,
@@ -356,8 +386,6 @@ def main() -> None:
     )
     args = parser.parse_args()
     torch.set_num_threads(1)
-    if not args.profile:
-        METER.install()
     cases = load_file(REPO / "cases" / "diffusers" / "pipeline.toml")
     with tempfile.TemporaryDirectory(prefix="bench-diffusers-") as tmp:
         for case in cases:
