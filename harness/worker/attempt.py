@@ -188,11 +188,14 @@ def stage_device(platform: str) -> platforms.Platform | None:
     """The platform object the attempt's stages measure through (synchronize, device events,
     peak memory). It acts only where that platform's runtime is loaded and initialized in this
     process, so a simulated platform measures wall time alone; an unknown name (a third-party
-    platform that did not load in this worker) falls back to wall time too."""
+    platform that did not load in this worker) falls back to wall time too. So does a platform
+    that can have no device runtime (the CPU: its ``backend`` is the base class's, always
+    None), without the two calls into it that every stage would make for nothing."""
     try:
-        return platforms.get(platform)
+        found = platforms.get(platform)
     except KeyError:
         return None
+    return None if type(found).backend is platforms.Platform.backend else found
 
 
 def missing_requirements(case: Case) -> list[str]:

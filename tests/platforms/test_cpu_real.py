@@ -51,6 +51,23 @@ def test_a_cpu_stage_records_wall_time_and_no_device_figures(tmp_path: Path) -> 
     assert rec.stage_device == {} and rec.stage_memory == {}
 
 
+def test_an_attempt_on_the_cpu_times_stages_by_wall_clock_alone_device_platforms_through_it(
+    tmp_path: Path,
+) -> None:
+    from harness.worker.attempt import stage_device
+
+    assert stage_device("cpu") is None  # no runtime it could ever measure through
+    assert stage_device("cuda") is platforms.get("cuda")  # acts once its runtime is initialized
+    assert stage_device("no-such-platform") is None
+    rec = probe._begin(0, "cpu", tmp_path, device=stage_device("cpu"))
+    try:
+        with probe.stage("work"):
+            torch.ones(64, 64) @ torch.ones(64, 64)
+    finally:
+        probe._end()
+    assert rec.stages["work"] > 0 and rec.stage_device == {} and rec.stage_memory == {}
+
+
 def test_device_count_in_a_fresh_unpinned_interpreter_agrees_with_this_process() -> None:
     here, there = count_here("cpu"), count_devices("cpu")
     assert (there.available, there.count) == (here.available, here.count) == (True, 1)
