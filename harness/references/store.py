@@ -152,7 +152,7 @@ class ReferenceStore:
 
     def _root(self) -> Path:
         if self._root_resolved is None:
-            self._root_resolved = self.root.resolve()
+            self._root_resolved = Path(_resolved_dir(str(self.root)))
         return self._root_resolved
 
     def _resolve(self, rel: str) -> tuple[str | None, os.stat_result | None]:
@@ -164,9 +164,7 @@ class ReferenceStore:
         folder_rel, name = os.path.split(rel)
         folder = self._folders.get(folder_rel)
         if folder is None:
-            parent = (self.root / folder_rel).resolve()
-            inside_root = parent.is_relative_to(self._root())
-            folder = self._folders[folder_rel] = (str(parent), inside_root)
+            folder = self._folders[folder_rel] = _folder_inside(str(self._root()), folder_rel)
         parent_s, inside = folder
         candidate = os.path.join(parent_s, name)
         try:
@@ -309,6 +307,52 @@ class ReferenceStore:
         return problems
 
 
+# Resolved store roots by the path they were resolved from, with the (device, inode) that path
+# led to: every attempt opens a store, and resolving its root again took an lstat per component
+# of the path; one stat now tells that the path still leads to the same folder, which is the
+# store wherever it lies (a root that leads to another folder is resolved again).
+_DIRS: dict[str, tuple[str, tuple[int, int]]] = {}
+
+
+def _folder_inside(root: str, rel: str) -> tuple[str, bool]:
+    """The resolved path of folder ``rel`` of the store whose resolved root is ``root``, and
+    whether it lies inside the store. Without a link or a ``..`` among the components of
+    ``rel`` it is ``root/rel`` (one lstat per component below the root, not a resolution of
+    the whole path); otherwise it is resolved and checked."""
+    parts = rel.split(os.sep) if rel else []
+    if not any(part in ("", ".", "..") for part in parts):
+        path = root
+        for part in parts:
+            path = os.path.join(path, part)
+            try:
+                if stat.S_ISLNK(os.lstat(path).st_mode):
+                    break
+            except OSError:  # missing (under the root: no ".."): its files are reported missing
+                return os.path.join(root, rel), True
+        else:
+            return path, True
+    real = Path(root, rel).resolve()
+    return str(real), real.is_relative_to(root)
+
+
+def _resolved_dir(path: str) -> str:
+    """``os.path.realpath(path)`` of a folder, from :data:`_DIRS` while ``path`` still leads to
+    the folder it resolved to (a path that does not exist is resolved as it is, uncached)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return str(Path(path).resolve())
+    ident = (st.st_dev, st.st_ino)
+    hit = _DIRS.get(path)
+    if hit is not None and hit[1] == ident:
+        return hit[0]
+    resolved = str(Path(path).resolve())
+    if len(_DIRS) >= 4096:
+        _DIRS.clear()
+    _DIRS[path] = (resolved, ident)
+    return resolved
+
+
 # Parsed manifests by the manifest file's (path, size, mtime_ns): every attempt of a worker opens
 # a store, and parsing the same JSON each time was a few ms per attempt. A rewritten manifest
 # (bless) has a new key and is parsed again.
@@ -317,7 +361,7 @@ _MANIFESTS: dict[FileKey, Manifest] = {}
 
 def _read_manifest(root: Path) -> Manifest:
     try:
-        key = file_key((root / MANIFEST_NAME).resolve())
+        key = file_key(Path(_resolved_dir(str(root)), MANIFEST_NAME))
     except OSError:
         return read_manifest(root)  # missing or unreadable: its own message
     manifest = _MANIFESTS.get(key)

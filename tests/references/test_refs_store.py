@@ -225,6 +225,40 @@ def test_reference_file_or_folder_linked_from_outside_is_refused(
         ReferenceStore(store_root).load_video(entry, [1])
 
 
+def test_a_folder_between_the_root_and_an_entry_linked_from_outside_is_refused_by_the_next_store(
+    make_run: MakeRun, store_root: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    _bless_all(make_run, store_root)
+    entry = ReferenceStore(store_root).lookup("t2va", "video", ["any"])
+    assert ReferenceStore(store_root).load_video(entry, [0]).shape[0] == 1  # resolved, cached
+    ref_folder = store_root / "t2va"
+    shutil.move(ref_folder, tmp_path / "t2va")
+    ref_folder.symlink_to(tmp_path / "t2va", target_is_directory=True)
+    with pytest.raises(ReferenceStoreError, match="outside the store"):
+        ReferenceStore(store_root).load_video(entry, [0])
+
+
+def test_a_root_that_now_leads_to_another_store_is_that_store(
+    make_run: MakeRun, store_root: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    _bless_all(make_run, store_root)
+    other = tmp_path / "other-store"
+    shutil.copytree(store_root, other)
+    entry = ReferenceStore(store_root).lookup("t2va", "video", ["any"])
+    (other / entry.files[0].path).write_bytes(b"not that frame")
+    link = tmp_path / "store-link"
+    link.symlink_to(store_root, target_is_directory=True)
+    assert ReferenceStore(link).load_video(entry, [0]).shape[0] == 1
+    link.unlink()
+    link.symlink_to(other, target_is_directory=True)
+    with pytest.raises(ReferenceStoreError, match=f"{link}/.*does not match the manifest"):
+        ReferenceStore(link).load_video(entry, [0])
+
+
 def test_a_rewritten_manifest_is_read_again_by_the_next_store(
     make_run: MakeRun, store_root: Path
 ) -> None:
