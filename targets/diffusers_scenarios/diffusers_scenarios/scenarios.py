@@ -70,7 +70,7 @@ def _notes(pipe: Any) -> None:
     # What the scheduler decided, not an echo of the params: the sigmas it really stepped.
     sigmas = getattr(pipe.scheduler, "sigmas", None)
     if isinstance(sigmas, torch.Tensor):
-        probe.note("scheduler.sigmas", ",".join(f"{float(s):.6f}" for s in sigmas))
+        probe.note("scheduler.sigmas", ",".join(f"{s:.6f}" for s in sigmas.tolist()))
 
 
 def _export(frames: np.ndarray, pcm: np.ndarray | None, fps: int, sample_rate: int) -> None:
