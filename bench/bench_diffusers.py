@@ -207,7 +207,8 @@ class Meter:
             return Timed
 
         for name in self.CONTEXTS:
-            self._swap(probe, name, timed_context(getattr(probe, name)))
+            if hasattr(probe, name):  # output_file is newer than some code this bench times
+                self._swap(probe, name, timed_context(getattr(probe, name)))
         resolve = worker_attempt.resolve_target
 
         def resolve_timed(spec: str) -> Callable[..., Any]:

@@ -352,7 +352,7 @@ def output_file(
     Inside an attempt the path is the output's own file in the run's output folder, so the
     probe hashes the file where it lies instead of copying it in: a target that would write to
     a temporary folder and hand the probe that file saves the folder, the copy and the removal
-    (about 0.6 ms per attempt on ext4, a tenth of what the harness adds to a tiny pipeline).
+    (about 0.5 ms per attempt on ext4, a tenth of what the harness adds to a tiny pipeline).
     Outside an attempt, or in one without an output folder, the path is in a temporary folder
     that is removed after the block (without an output folder the record then keeps no
     ``path``). A block that raises records nothing and removes what it wrote::
