@@ -120,11 +120,10 @@ def test_bundled_suite_gives_the_same_results_in_any_order(tmp_path: Path) -> No
     # of the cases; everything else (quality checks, notes, finiteness, outputs) is compared.
     profile = replace(resolve_profile(None, REPO / "runners"), budgets={})
     plan = build_plan(suite.cases, [profile.platform])
-    orders = {
-        "forward": plan,
-        "reversed": plan[::-1],
-        "shuffled": shuffle_plan(plan, 20261201),
-    }
+    # Reversed puts every case that ran before another after it: state one case leaked into a
+    # later one shows in one of the two orders for every pair, which no shuffle guarantees (a
+    # shuffled third order cost a third of this test, ~50 s of CI, for no pair this misses).
+    orders = {"forward": plan, "reversed": plan[::-1]}
     results = {}
     for name, items in orders.items():
         runner = Runner(
@@ -145,7 +144,7 @@ def test_bundled_suite_gives_the_same_results_in_any_order(tmp_path: Path) -> No
     forward = results["forward"]
     assert len(forward) == len(plan) >= 40
     assert any(hashes for _, attempts in forward.values() for _, _, hashes in attempts)
-    for name in ("reversed", "shuffled"):
+    for name in ("reversed",):
         other = results[name]
         assert other.keys() == forward.keys()
         differ = {k: (forward[k], other[k]) for k in forward if forward[k] != other[k]}
