@@ -7,6 +7,18 @@ the JSON Schema in ``harness/report/schemas/report.schema.json`` describes the s
 from __future__ import annotations
 
 from harness.model.case import Case, CheckSpec, case_from_json, case_to_json
+from harness.model.counting import (
+    NOT_RUN,
+    Run,
+    counts_as_passed,
+    failed_tries,
+    failure_signature,
+    finals,
+    passing_finals,
+    ran,
+    runs,
+    warmup_runs,
+)
 from harness.model.comparison import (
     COMPARISON_SCHEMA_VERSION,
     CaseComparison,
@@ -69,6 +81,7 @@ __all__ = [
     "FRAME_MODES",
     "KINDS",
     "MISSING_CAUSES",
+    "NOT_RUN",
     "OPS",
     "ORDERING_OPS",
     "POLICIES",
@@ -96,6 +109,7 @@ __all__ = [
     "PlannedCase",
     "Policy",
     "QualityFinding",
+    "Run",
     "RunReport",
     "ShardInfo",
     "Side",
@@ -105,14 +119,22 @@ __all__ = [
     "case_from_json",
     "case_to_json",
     "compare",
+    "counts_as_passed",
     "display_name",
     "error_signature",
     "exit_code",
+    "failed_tries",
+    "failure_signature",
+    "finals",
     "fmt_number",
     "json_number",
     "json_safe",
     "number_from_json",
+    "passing_finals",
+    "ran",
+    "runs",
     "signature_type",
     "stage_samples",
+    "warmup_runs",
     "worst_verdict",
 ]

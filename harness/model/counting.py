@@ -1,0 +1,106 @@
+"""Which attempts count, and for what (DESIGN: "Which attempts count"). The one definition.
+
+A *run* of a case is one measured (round, repeat) slot. Its *final* attempt, the last try of
+that slot (a retry replaces its predecessor), gives the run's outcome and its latency and
+quality samples. Every attempt that *ran* (warm-ups and replaced tries included) counts for
+failure signatures and flakiness: a hang that a retry hid is still a hang. ``skipped`` and
+``budget_declined`` never ran and never count as passed.
+
+Aggregation, the failure matrix, quality, latency, noise calibration and first divergence
+all read these helpers; none re-derives them.
+
+Example::
+
+    for run in runs(result.attempts):
+        run.final.status, [t.status for t in run.tries]
+    samples = [a.stages for a in passing_finals(result.attempts)]
+    signatures = {failure_signature(a) for a in ran(result.attempts) if a.status in FAILING}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+
+from harness.model.records import Attempt
+from harness.model.vocab import FAILING
+
+# Attempt statuses of work that never ran: neither a pass nor a failure.
+NOT_RUN: frozenset[str] = frozenset({"skipped", "budget_declined"})
+
+
+@dataclass(frozen=True)
+class Run:
+    """One measured (round, repeat) slot: every try it took, the last one final."""
+
+    round: int
+    repeat: int
+    tries: tuple[Attempt, ...]
+
+    @property
+    def final(self) -> Attempt:
+        return self.tries[-1]
+
+    @property
+    def retried(self) -> bool:
+        """A try of this slot failed and another was made (whatever the last one did)."""
+        return any(t.status in FAILING for t in self.tries[:-1])
+
+
+def _slots(
+    attempts: Iterable[Attempt], *, warmup: bool, rounds: Collection[int] | None = None
+) -> list[Run]:
+    slots: dict[tuple[int, int], list[Attempt]] = {}
+    for a in attempts:
+        if a.warmup != warmup or a.status == "budget_declined":
+            continue
+        if rounds is not None and a.round not in rounds:
+            continue
+        slots.setdefault((a.round, a.repeat), []).append(a)
+    return [Run(r, p, tuple(ts)) for (r, p), ts in sorted(slots.items())]
+
+
+def runs(attempts: Iterable[Attempt], rounds: Collection[int] | None = None) -> list[Run]:
+    """The measured runs (warm-ups excluded), ordered by (round, repeat); ``rounds`` keeps
+    only those rounds. A slot whose only attempt was declined by the budget never ran and
+    is left out."""
+    return _slots(attempts, warmup=False, rounds=rounds)
+
+
+def warmup_runs(attempts: Iterable[Attempt]) -> list[Run]:
+    """The warm-up runs, as :func:`runs` gives the measured ones."""
+    return _slots(attempts, warmup=True)
+
+
+def finals(attempts: Iterable[Attempt], rounds: Collection[int] | None = None) -> list[Attempt]:
+    """The final attempt of each measured run, in (round, repeat) order."""
+    return [r.final for r in runs(attempts, rounds)]
+
+
+def passing_finals(
+    attempts: Iterable[Attempt], rounds: Collection[int] | None = None
+) -> list[Attempt]:
+    """The final attempts that passed: the latency and quality samples."""
+    return [a for a in finals(attempts, rounds) if a.status == "passed"]
+
+
+def ran(attempts: Iterable[Attempt]) -> list[Attempt]:
+    """Every attempt that ran, warm-ups and replaced tries included, in recorded order."""
+    return [a for a in attempts if a.status not in NOT_RUN]
+
+
+def failed_tries(attempts: Iterable[Attempt]) -> list[Attempt]:
+    """Every attempt that ran and failed (warm-ups and tries a retry replaced included)."""
+    return [a for a in ran(attempts) if a.status in FAILING]
+
+
+def failure_signature(attempt: Attempt) -> str:
+    """What a failed attempt's failure was: its error signature, else its status."""
+    return attempt.error.signature if attempt.error else attempt.status
+
+
+def counts_as_passed(attempts: Sequence[Attempt]) -> bool:
+    """True when at least one measured run exists and every final passed. Skipped and
+    budget-declined runs are never passes."""
+    fs = finals(attempts)
+    return bool(fs) and all(a.status == "passed" for a in fs)
