@@ -99,6 +99,25 @@ def failure_signature(attempt: Attempt) -> str:
     return attempt.error.signature if attempt.error else attempt.status
 
 
+def judged_seconds(attempt: Attempt, *, contention_free: bool) -> dict[str, float]:
+    """Seconds per stage (in stage order) and ``total`` for one attempt, as latency is judged.
+
+    With ``contention_free`` each is wall time less the run-queue delay recorded for it
+    (``stage_wait`` / ``wait_s``; none recorded reads as none), never below zero: the code's
+    own time, whatever other processes did. Without, wall time. Stages that read 0 are left
+    out (too short to time, or never timed)."""
+    out: dict[str, float] = {}
+    waits = attempt.stage_wait if contention_free else {}
+    for stage, secs in attempt.stages.items():
+        v = float(secs) - float(waits.get(stage, 0.0))
+        if secs > 0:
+            out[stage] = max(v, 0.0)
+    total = attempt.duration_s - (attempt.wait_s if contention_free else 0.0)
+    if attempt.duration_s > 0:
+        out["total"] = max(float(total), 0.0)
+    return out
+
+
 def counts_as_passed(attempts: Sequence[Attempt]) -> bool:
     """True when at least one measured run exists and every final passed. Skipped and
     budget-declined runs are never passes."""

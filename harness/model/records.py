@@ -149,7 +149,7 @@ class CheckResult:
 
 
 # Attempt fields left out of the JSON when empty (newer, optional fields of the record).
-_OMIT_EMPTY = frozenset({"stage_device", "stage_memory"})
+_OMIT_EMPTY = frozenset({"stage_device", "stage_memory", "stage_cpu", "stage_wait", "wait_s"})
 
 
 @dataclass(frozen=True)
@@ -182,6 +182,13 @@ class Attempt:
     # CPU): device seconds from device events, and peak allocated device bytes.
     stage_device: Mapping[str, float] = field(default_factory=dict)
     stage_memory: Mapping[str, int] = field(default_factory=dict)
+    # Per stage, on Linux: the process's CPU seconds and its run-queue delay (seconds its
+    # threads were runnable but not running: other processes' load) while the stage was open;
+    # ``wait_s`` is the whole attempt's run-queue delay (beside ``duration_s``). Absent where
+    # the kernel does not expose them.
+    stage_cpu: Mapping[str, float] = field(default_factory=dict)
+    stage_wait: Mapping[str, float] = field(default_factory=dict)
+    wait_s: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {}
