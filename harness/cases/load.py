@@ -101,6 +101,7 @@ _CASE_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "tags": ((list,), "list of strings"),
     "code_root": ((str,), "string (a folder relative to the repository root)"),
     "requires": ((list,), "list of module names"),
+    "known_flaky": ((str,), "string (why the case is known to fail intermittently)"),
 }
 
 
@@ -125,6 +126,14 @@ def _code_root(ctx: Ctx, value: str) -> str:
             '(e.g. "targets/diffusers_scenarios")',
         )
     return "/".join(p for p in parts if p != ".") or "."
+
+
+def _known_flaky(ctx: Ctx, value: str) -> str:
+    if not value.strip():
+        raise ctx.fail(
+            "known_flaky", value, "a non-empty reason (e.g. an issue link) why it is flaky"
+        )
+    return value.strip()
 
 
 def _requires(ctx: Ctx, value: list[Any]) -> tuple[str, ...]:
@@ -219,6 +228,7 @@ def parse_case(path: Path, raw: Any, where: str) -> Case:
         tags=str_list(ctx, "tags", raw["tags"]) if "tags" in raw else (),
         code_root=_code_root(ctx, raw["code_root"]) if "code_root" in raw else None,
         requires=_requires(ctx, raw["requires"]) if "requires" in raw else (),
+        known_flaky=_known_flaky(ctx, raw["known_flaky"]) if "known_flaky" in raw else None,
     )
 
 

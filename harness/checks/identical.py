@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from harness.model import Attempt, CheckResult, CheckSpec, compare
+from harness.model import Attempt, CheckResult, CheckSpec, compare, passing_finals
 
 
 def identical_outputs_check(spec: CheckSpec, attempts: Iterable[Attempt]) -> CheckResult:
     """Every measured passing attempt produced byte-identical outputs (by content hash)."""
-    measured = [a for a in attempts if not a.warmup and a.status == "passed"]
+    measured = passing_finals(attempts)
     hashes = [{k: v.get("hash") for k, v in a.outputs.items()} for a in measured]
     if len(measured) < 2:
         return CheckResult(

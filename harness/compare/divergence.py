@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.model import Attempt, Divergence
+from harness.model import NOT_RUN, Attempt, Divergence, finals
 
 _STEP = re.compile(r"step[_-]?(\d+)", re.IGNORECASE)
 
@@ -30,9 +30,10 @@ def is_input_like(name: str) -> bool:
 
 
 def pick(attempts: Sequence[Attempt]) -> Attempt | None:
-    """The attempt a side is represented by: its first measured one (same seed on both)."""
-    measured = [a for a in attempts if not a.warmup and a.status != "budget_declined"]
-    return measured[0] if measured else None
+    """The attempt a side is represented by: its first measured run's final attempt (same
+    seed on both), preferring one that passed."""
+    fs = [a for a in finals(attempts) if a.status not in NOT_RUN]
+    return next((a for a in fs if a.status == "passed"), fs[0] if fs else None)
 
 
 def _deltas(b: Mapping[str, Any], h: Mapping[str, Any]) -> dict[str, Any]:

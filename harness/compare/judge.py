@@ -38,7 +38,9 @@ def judge_case(
     """The comparison of one case; ``latency`` holds its (confirmed) stage verdicts."""
     ref = head or base
     assert ref is not None, "judge_case needs at least one side"
-    failures = failure_matrix(base, head, alpha=alpha)
+    failures = failure_matrix(
+        base, head, alpha=alpha, known_flaky=case.known_flaky if case is not None else None
+    )
     b_att = base.attempts if base else ()
     h_att = head.attempts if head else ()
     divergence = first_divergence(pick(b_att), pick(h_att))
@@ -56,7 +58,7 @@ def judge_case(
         # no judged stage (all too short to time) is no latency finding, not a missing side
         parts = [failures.verdict, q_verdict, l_verdict if l_verdict != "missing" else "no_change"]
     else:
-        l_verdict = "missing"
+        l_verdict = "skipped" if failures.verdict == "skipped" else "missing"
         parts = [failures.verdict, q_verdict]
     verdict = worst_verdict(parts)
     reasons = []

@@ -27,6 +27,7 @@ from harness.compare.judge import judge_case
 from harness.compare.latency import LatencySettings, confirm, decide_stages
 from harness.compare.noise import calibrate, load_noise, noise_path, store_noise
 from harness.compare.session import Session
+from harness.compare.sides import incomplete, load_errors
 from harness.compare.worktree import Checkouts, resolve
 from harness.errors import UsageError
 from harness.execution.executor import SideSpec
@@ -168,8 +169,9 @@ def finish_comparison(
             "quality_margins": dict(request.quality_margins),
             "budget_s": request.budget_s,
         },
-        infra_errors=tuple(e for r in reports.values() for e in r.infra_errors),
+        infra_errors=incomplete(reports),
         env_diff=env_diff(reports["base"].env, reports["head"].env),
+        load_errors=load_errors(reports),
     )
     write_comparison(comparison, out_dir, references=request.references_root)
     return comparison
@@ -215,8 +217,11 @@ def run_live(
     With ``aa`` the calibrated noise is stored in ``<noise_dir>/<runner>.json``.
     """
     say = request.progress or (lambda _l: None)
-    items, load_errors = _items(request, cases_root)
+    items, broken = _items(request, cases_root)
     if not items:
+        if broken:
+            files = "; ".join(str(e) for e in broken)
+            raise UsageError(f"no case selected: {len(broken)} case file(s) did not load: {files}")
         raise UsageError("no case selected (check the paths and -k)")
     # One warm-up per side at least: a cold first run (lazy imports, allocator, caches)
     # would otherwise land on whichever side goes first in round 0.
@@ -253,7 +258,7 @@ def run_live(
         runner.request_stop()
         runner.harness_errors.append("comparison interrupted: judged on the rounds that ran")
     finally:
-        errors = tuple(LoadError(e.path, str(e)) for e in load_errors)
+        errors = tuple(LoadError(e.path, str(e)) for e in broken)
         reports = {
             side: _relocate(rep, "..") for side, rep in runner.reports(items, errors).items()
         }

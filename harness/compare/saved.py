@@ -21,6 +21,7 @@ from harness.compare.run import (
     utc_now,
     write_comparison,
 )
+from harness.compare.sides import incomplete, load_errors
 from harness.execution.run import check_run_id, new_run_id
 from harness.model import Comparison, RunReport, Side, SideInfo
 from harness.report.io import read_report
@@ -86,7 +87,12 @@ def compare_reports(
                 "rerun both on one runner or pass --allow-different-env",
             )
         elif b is None or h is None:
-            c = replace(c, verdict="missing", reason=f"only in {'head' if b is None else 'base'}")
+            c = replace(
+                c,
+                verdict="missing",
+                reason=f"only in {'head' if b is None else 'base'}'s run: "
+                f"{'base' if b is None else 'head'} has no result for it",
+            )
         cases.append(c)
     comparison = Comparison(
         id=comparison_id,
@@ -116,6 +122,8 @@ def compare_reports(
         noise_source=str(noise_file) if noise and noise_file else None,
         settings={"delta": latency.delta, "alpha": latency.alpha},
         env_diff=env_diff(reports["base"].env, reports["head"].env),
+        infra_errors=incomplete(reports),
+        load_errors=load_errors(reports),
     )
     write_comparison(comparison, out_dir, references=request.references_root)
     return comparison

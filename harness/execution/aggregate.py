@@ -16,18 +16,15 @@ from harness.model import (
     CheckResult,
     Side,
     Status,
+    runs,
+    warmup_runs,
 )
 from harness.platforms.policy import Policy
 
 
 def final_attempts(attempts: Sequence[Attempt]) -> list[Attempt]:
-    """The last real attempt of each warm-up/measured run (retries replace their predecessor)."""
-    finals: dict[tuple[bool, int, int], Attempt] = {}
-    for a in attempts:
-        if a.status == "budget_declined":
-            continue
-        finals[(a.warmup, a.round, a.repeat)] = a
-    return list(finals.values())
+    """The final attempt of each warm-up and measured run (:mod:`harness.model.counting`)."""
+    return [r.final for r in (*warmup_runs(attempts), *runs(attempts))]
 
 
 def worst(attempts: Sequence[Attempt]) -> Status:

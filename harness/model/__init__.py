@@ -7,19 +7,6 @@ the JSON Schema in ``harness/report/schemas/report.schema.json`` describes the s
 from __future__ import annotations
 
 from harness.model.case import Case, CheckSpec, case_from_json, case_to_json
-from harness.model.counting import (
-    NOT_RUN,
-    Run,
-    counts_as_passed,
-    failed_tries,
-    failure_signature,
-    finals,
-    judged_seconds,
-    passing_finals,
-    ran,
-    runs,
-    warmup_runs,
-)
 from harness.model.comparison import (
     COMPARISON_SCHEMA_VERSION,
     CaseComparison,
@@ -32,6 +19,21 @@ from harness.model.comparison import (
     StageLatency,
     worst_verdict,
 )
+from harness.model.counting import (
+    NOT_RUN,
+    Run,
+    counts_as_passed,
+    failed_tries,
+    failure_signature,
+    finals,
+    judged_seconds,
+    passing_finals,
+    ran,
+    runs,
+    stage_medians,
+    stage_samples,
+    warmup_runs,
+)
 from harness.model.records import (
     SCHEMA_VERSION,
     Attempt,
@@ -43,7 +45,6 @@ from harness.model.records import (
     error_signature,
     exit_code,
     signature_type,
-    stage_samples,
 )
 from harness.model.shard import (
     MISSING_CAUSES,
@@ -127,15 +128,16 @@ __all__ = [
     "failed_tries",
     "failure_signature",
     "finals",
-    "judged_seconds",
     "fmt_number",
     "json_number",
     "json_safe",
+    "judged_seconds",
     "number_from_json",
     "passing_finals",
     "ran",
     "runs",
     "signature_type",
+    "stage_medians",
     "stage_samples",
     "warmup_runs",
     "worst_verdict",

@@ -70,6 +70,10 @@ class Case:
     # Modules the case needs; where the worker's Python cannot find one, the case is skipped
     # with that reason (never passed, never left out of the report).
     requires: tuple[str, ...] = ()
+    # Why the case is known to fail intermittently (an issue link, say): a failure that head
+    # shows and base did not, intermittently, then reads ``flaky`` in a comparison instead of
+    # ``new_failure``, and the comparison records this reason. None: not declared.
+    known_flaky: str | None = None
 
     def display(self, platform: str) -> str:
         """``<kind>/<id>[<platform>]``, the name used by pytest items and reports."""

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from harness.model.exits import exit_status
 from harness.model.vocab import json_safe, number_from_json
 
 COMPARISON_SCHEMA_VERSION = 1
@@ -28,6 +29,7 @@ Verdict = Literal[
     "flaky",
     "not_comparable",
     "missing",
+    "skipped",
 ]
 # Worst first: a case's verdict is the first of these that any of its parts reached.
 VERDICTS: tuple[str, ...] = (
@@ -41,13 +43,17 @@ VERDICTS: tuple[str, ...] = (
     "pre_existing_failure",
     "fixed",
     "improvement",
+    "skipped",
     "no_change",
 )
 QualityVerdict = Literal["no_change", "changed", "regression", "improvement", "missing"]
 DivergenceKind = Literal["none", "inputs", "stage", "nonfinite", "missing"]
 # Verdicts that make `harness compare` exit 1 (with --strict also inconclusive and suspect).
-BLOCKING: frozenset[str] = frozenset({"regression", "new_failure", "not_comparable"})
-STRICT_BLOCKING: frozenset[str] = BLOCKING | {"inconclusive", "suspect", "flaky", "missing"}
+BLOCKING: frozenset[str] = frozenset({"regression", "new_failure"})
+STRICT_BLOCKING: frozenset[str] = BLOCKING | {"inconclusive", "suspect", "flaky"}
+# Verdicts of a comparison that did not compare: a side that never ran, a case the budget
+# never reached, code from the wrong place. Never green: exit 3 (DESIGN "Exit codes").
+INCOMPLETE: frozenset[str] = frozenset({"missing", "not_comparable"})
 
 
 def worst_verdict(verdicts: list[str]) -> str:
@@ -128,18 +134,24 @@ class FailureMatrix:
     head_signatures: tuple[str, ...] = ()
     p_head_worse: float | None = None  # one-sided Fisher exact p (flaky cases)
     reason: str | None = None
+    head_only: tuple[str, ...] = ()  # signatures seen on head and never on base
+    base_runs: int = 0  # runs that ran (warm-ups included): a signature's rate is of these
+    head_runs: int = 0
+    base_retried: int = 0  # measured runs that passed only on a retry
+    head_retried: int = 0
+    known_flaky: str | None = None  # the case file's reason, when it declares it known-flaky
 
     def to_json(self) -> dict[str, Any]:
         d = dict(self.__dict__)
-        d["base_signatures"] = list(self.base_signatures)
-        d["head_signatures"] = list(self.head_signatures)
+        for k in ("base_signatures", "head_signatures", "head_only"):
+            d[k] = list(d[k])
         return d
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> FailureMatrix:
         kw = dict(d)
-        kw["base_signatures"] = tuple(d.get("base_signatures", ()))
-        kw["head_signatures"] = tuple(d.get("head_signatures", ()))
+        for k in ("base_signatures", "head_signatures", "head_only"):
+            kw[k] = tuple(d.get(k, ()))
         return cls(**kw)
 
 
@@ -301,6 +313,7 @@ class Comparison:
     settings: Mapping[str, Any] = field(default_factory=dict)  # delta, alpha, looks, margins
     infra_errors: tuple[str, ...] = ()
     env_diff: EnvDiff | None = None  # Python and package versions that differ between sides
+    load_errors: tuple[str, ...] = ()  # "side: path: message" for case files that did not load
     schema_version: int = COMPARISON_SCHEMA_VERSION
 
     def counts(self) -> dict[str, int]:
@@ -310,12 +323,20 @@ class Comparison:
         return out
 
     def exit_code(self, *, strict: bool = False) -> int:
-        """1 on a regression or new failure (with ``strict`` also inconclusive, suspect,
-        flaky, missing); 3 when the harness could not finish; 0 otherwise."""
-        if self.infra_errors:
-            return 3
+        """DESIGN's one exit-code policy (:func:`harness.model.exits.exit_status`): 2 a case
+        file did not load on either side; 3 the harness could not finish or a case did not
+        compare (``missing``, ``not_comparable``); 1 a regression or new failure (with
+        ``strict`` also inconclusive, suspect, flaky); 5 nothing ran on either side; 7 only
+        flaky; 0 otherwise."""
+        verdicts = {c.verdict for c in self.cases}
         blocking = STRICT_BLOCKING if strict else BLOCKING
-        return 1 if any(c.verdict in blocking for c in self.cases) else 0
+        return exit_status(
+            input_error=bool(self.load_errors),
+            incomplete=bool(self.infra_errors) or bool(verdicts & INCOMPLETE),
+            failed=bool(verdicts & blocking),
+            nothing_ran=not (verdicts - {"skipped"}),
+            only_flaky="flaky" in verdicts,
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -336,6 +357,7 @@ class Comparison:
             "summary": {k: v for k, v in self.counts().items() if v},
             "infra_errors": list(self.infra_errors),
             "env_diff": self.env_diff.to_json() if self.env_diff is not None else None,
+            "load_errors": list(self.load_errors),
             "cases": [c.to_json() for c in self.cases],
         }
 
@@ -358,5 +380,6 @@ class Comparison:
             settings=dict(d.get("settings", {})),
             infra_errors=tuple(d.get("infra_errors", [])),
             env_diff=EnvDiff.from_json(d["env_diff"]) if d.get("env_diff") is not None else None,
+            load_errors=tuple(d.get("load_errors", [])),
             schema_version=d.get("schema_version", COMPARISON_SCHEMA_VERSION),
         )

@@ -19,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -116,6 +117,22 @@ def judged_seconds(attempt: Attempt, *, contention_free: bool) -> dict[str, floa
     if attempt.duration_s > 0:
         out["total"] = max(float(total), 0.0)
     return out
+
+
+def stage_samples(attempts: Iterable[Attempt]) -> dict[str, list[float]]:
+    """Wall seconds per stage, in stage order, over the passing finals (:func:`passing_finals`);
+    ``total`` holds each one's whole duration."""
+    samples: dict[str, list[float]] = {}
+    for a in passing_finals(attempts):
+        for stage, secs in a.stages.items():
+            samples.setdefault(stage, []).append(secs)
+        samples.setdefault("total", []).append(a.duration_s)
+    return samples
+
+
+def stage_medians(attempts: Iterable[Attempt]) -> dict[str, float]:
+    """The median wall seconds of each stage (and ``total``) over the passing finals."""
+    return {k: statistics.median(v) for k, v in stage_samples(attempts).items()}
 
 
 def counts_as_passed(attempts: Sequence[Attempt]) -> bool:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import re
-import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from harness.model.exits import exit_status
 from harness.model.shard import INCOMPLETE_CAUSES, MergedShard, MissingCase, ShardInfo
 from harness.model.vocab import (
     FAILING,
@@ -254,10 +254,6 @@ class CaseResult:
         """Display name, e.g. ``pipeline/t2va-int8[cpu]``."""
         return display_name(self.kind, self.id, self.platform)
 
-    def stage_medians(self) -> dict[str, float]:
-        """Median seconds per stage over the measured (non-warmup) passing attempts."""
-        return {k: statistics.median(v) for k, v in stage_samples(self.attempts).items()}
-
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -396,34 +392,18 @@ class RunReport:
         )
 
 
-def stage_samples(attempts: Iterable[Attempt]) -> dict[str, list[float]]:
-    """Seconds per stage, in stage order, over the measured (non-warmup) passing attempts;
-    ``total`` holds each such attempt's whole duration."""
-    samples: dict[str, list[float]] = {}
-    for a in attempts:
-        if a.warmup or a.status != "passed":
-            continue
-        for stage, secs in a.stages.items():
-            samples.setdefault(stage, []).append(secs)
-        samples.setdefault("total", []).append(a.duration_s)
-    return samples
-
-
 def exit_code(report: RunReport) -> int:
-    """DESIGN's exit codes: 2 input error, 3 infrastructure or incomplete, 1 a failure,
-    5 nothing ran, 7 only flaky, 0 clean. A missing planned case is never a pass: one whose
-    shard is absent or unreported makes the run incomplete (3); one not run after a failure
-    (``--fail-fast``) or a declined budget is a failure of the run (1)."""
+    """DESIGN's exit codes (:func:`harness.model.exits.exit_status`): 2 input error, 3
+    infrastructure or incomplete, 1 a failure, 5 nothing ran, 7 only flaky, 0 clean. A missing
+    planned case is never a pass: one whose shard is absent or unreported makes the run
+    incomplete (3); one not run after a failure (``--fail-fast``) or a declined budget is a
+    failure of the run (1)."""
     statuses = {c.status for c in report.cases}
-    if report.load_errors:
-        return 2
-    if not report.complete:
-        return 3
-    if statuses & (FAILING | {"budget_declined"}) or report.missing:
-        return 1
-    # Nothing ran: no attempt, or only the attempts of cases a worker skipped (`requires`).
-    if not any(c.attempts for c in report.cases if c.status != "skipped"):
-        return 5
-    if "flaky" in statuses:
-        return 7
-    return 0
+    return exit_status(
+        input_error=bool(report.load_errors),
+        incomplete=not report.complete,
+        failed=bool(statuses & (FAILING | {"budget_declined"}) or report.missing),
+        # Nothing ran: no attempt, or only the attempts of cases a worker skipped (`requires`).
+        nothing_ran=not any(c.attempts for c in report.cases if c.status != "skipped"),
+        only_flaky="flaky" in statuses,
+    )

@@ -213,6 +213,8 @@ class CaseItem(pytest.Item):
         self.user_properties.append(("case_source", plan_item.case.source))
 
     def runtest(self) -> None:
+        from harness.model import stage_medians
+
         state = _state(self.config)
         result = state.result_for(self)
         for key, value in (
@@ -221,7 +223,7 @@ class CaseItem(pytest.Item):
             ("attempts", len(result.attempts)),
         ):
             self.user_properties.append((key, value))
-        for stage, secs in result.stage_medians().items():
+        for stage, secs in stage_medians(result.attempts).items():
             self.user_properties.append((f"stage.{stage}", round(secs, 6)))
         self.user_properties.append(("simulated", "true" if result.simulated else "false"))
         if result.simulated and result.status in ("passed", "flaky"):

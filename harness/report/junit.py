@@ -34,6 +34,7 @@ from harness.model import (
     MissingCase,
     RunReport,
     fmt_number,
+    stage_medians,
 )
 from harness.report.text import explain_checks
 
@@ -126,7 +127,7 @@ def _testcase(case: CaseResult, secs: float) -> ET.Element:
     if on_fail:
         props["policy.latency.on_fail"] = f"{on_fail.get('value')} ({on_fail.get('rule')})"
     # Microsecond resolution: a sub-millisecond stage must not read as 0.000.
-    props.update({f"stage.{k}": f"{v:.6f}" for k, v in case.stage_medians().items()})
+    props.update({f"stage.{k}": f"{v:.6f}" for k, v in stage_medians(case.attempts).items()})
     _properties(tc, props)
 
     failing = [a for a in case.attempts if a.status in FAILING]
