@@ -119,10 +119,12 @@ class ComparisonItem(pytest.Item):
             ("rounds", case.rounds),
         ):
             self.user_properties.append((key, value))
-        from harness.model.comparison import BLOCKING, STRICT_BLOCKING
+        from harness.model.comparison import BLOCKING, INCOMPLETE, STRICT_BLOCKING
 
-        if case.verdict in BLOCKING:
+        if case.verdict in BLOCKING | INCOMPLETE:
             raise ComparisonFailed(case)
+        if case.verdict == "skipped":
+            raise pytest.skip.Exception(case.reason or "skipped on both sides")
         if case.verdict in STRICT_BLOCKING:
             if self.config.getoption("harness_strict"):
                 raise ComparisonFailed(case)

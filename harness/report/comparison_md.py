@@ -33,6 +33,7 @@ _ICON = {
     "pre_existing_failure": "🟤",
     "fixed": "🟢",
     "improvement": "🟢",
+    "skipped": "⏭️",
     "no_change": "✅",
 }
 
@@ -113,7 +114,7 @@ def verdict_line(comparison: Comparison) -> str:
     if code == 0 and (counts.get("suspect") or counts.get("inconclusive") or counts.get("flaky")):
         icon = "⚠️"
     else:
-        icon = {0: "✅", 1: "❌", 3: "🛑"}.get(code, "❌")
+        icon = {0: "✅", 1: "❌", 2: "🛑", 3: "🛑", 5: "⚪", 7: "⚠️"}.get(code, "❌")
     shown = ", ".join(f"{n} {v.replace('_', ' ')}" for v, n in counts.items() if n)
     base, head = comparison.base, comparison.head
     line = (
@@ -126,6 +127,8 @@ def verdict_line(comparison: Comparison) -> str:
     took = duration_text(comparison.started_at, comparison.finished_at)
     if took:
         line += f" in {took}"
+    if comparison.load_errors:
+        line += f"; {len(comparison.load_errors)} case file(s) did not load"
     if comparison.infra_errors:
         line += "; harness errors, incomplete"
     return line
@@ -198,6 +201,9 @@ def comparison_markdown(comparison: Comparison, *, max_bytes: int = DEFAULT_MAX_
     for e in comparison.infra_errors:
         doc.force("")
         doc.add(f"⚠️ harness error: {md_text(first_line(e), limit=CELL_CHARS * 2)}")
+    for e in comparison.load_errors:
+        doc.force("")
+        doc.add(f"🛑 case file did not load: {md_text(first_line(e), limit=CELL_CHARS * 2)}")
     for line in env_diff_lines(comparison):
         doc.add(line)
     rank = {v: i for i, v in enumerate(VERDICTS)}
