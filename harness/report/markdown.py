@@ -183,7 +183,7 @@ def verdict_line(report: RunReport) -> str:
     took = duration_text(report.started_at, report.finished_at)
     if took:
         line += f" in {took}"
-    contended = sum(1 for c in report.cases if attention_kind(c) == "contention")
+    contended = sum(1 for c in report.cases if c.status == "passed" and c.contention)
     if contended:
         line += f"; {contended} passed under contention"
     if report.load_errors:
@@ -288,7 +288,7 @@ def _attention_row(kind: str, case: CaseResult) -> str:
     status = case.status + (" (simulated)" if case.simulated else "")
     if kind == "warn":
         status += ", warning"
-    elif kind == "contention":
+    if case.contention:
         status += ", contention"
     if check is None:
         check_cells = ["-", "-", "-"]

@@ -14,7 +14,7 @@ def contention_figures(check: CheckResult) -> str:
     st = check.settings
 
     def s(v: Any) -> str:
-        return f"{fmt_number(v)} s"
+        return f"{v:.4g} s" if isinstance(v, int | float) else f"{fmt_number(v)} s"
 
     return (
         f"wall {s(st.get('wall_s'))}, run-queue delay {s(st.get('wait_s'))}, wall less delay "
