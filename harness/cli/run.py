@@ -109,6 +109,7 @@ def main(args: argparse.Namespace) -> int:
     from harness.platforms.profile import resolve_profile
     from harness.report.github import publish_run
     from harness.report.io import write_run
+    from harness.report.text import contention_figures
 
     _check_args(args)
     shard_spec = parse_shard_spec(args.shard) if args.shard is not None else None
@@ -197,6 +198,12 @@ def main(args: argparse.Namespace) -> int:
             elif check.passed is False and check.policy == "warn":
                 print(
                     f"  warning  {c.name} {check.name}: {check.reason or check.value}",
+                    file=sys.stderr,
+                )
+            elif check.contention:
+                print(
+                    f"  contention {c.name} {check.name}: {contention_figures(check)} "
+                    "(other processes' load: not failed)",
                     file=sys.stderr,
                 )
     for m in report.missing:

@@ -110,6 +110,14 @@ class CheckResult:
         return self.passed is None and self.settings.get("not_run") == "simulated"
 
     @property
+    def contention(self) -> bool:
+        """A latency budget that wall time overran and the code's own time (wall time less
+        run-queue delay) met: other processes' load, labelled ``contention`` with its figures
+        (``settings``: ``wall_s``, ``wait_s``, ``budget_s``) in every report; it neither fails
+        the case nor passes silently."""
+        return self.passed is True and self.settings.get("contention") is True
+
+    @property
     def unjudged(self) -> bool:
         """A ``fail``-policy check that could not run: the case cannot pass without it."""
         return self.passed is None and self.policy == "fail" and not self.simulated
@@ -248,6 +256,12 @@ class CaseResult:
     def warnings(self) -> tuple[CheckResult, ...]:
         """Checks that failed under a ``warn`` policy: reported everywhere, never a silent pass."""
         return tuple(c for c in self.checks if c.passed is False and c.policy == "warn")
+
+    @property
+    def contention(self) -> tuple[CheckResult, ...]:
+        """Latency budgets met only once run-queue delay is taken out (:attr:`CheckResult.
+        contention`): reported everywhere as contention, never failed, never a silent pass."""
+        return tuple(c for c in self.checks if c.contention)
 
     @property
     def name(self) -> str:

@@ -19,10 +19,11 @@ reason. It crosses the worker protocol as JSON and is recorded in report.json.
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from harness.probe.clocks import perf_counter
 
 FP8Flavour = Literal["e4m3fn", "e4m3fnuz"]
 
@@ -187,7 +188,7 @@ class Platform:
         be = self.backend()
         if be is not None:
             be.synchronize()
-        mark = StageMark(backend=be, wall_start=time.perf_counter())
+        mark = StageMark(backend=be, wall_start=perf_counter())
         if be is None:
             return mark
         if self.has_peak_memory:
@@ -207,13 +208,13 @@ class Platform:
             be = self.backend()  # the target initialized the device inside the stage
             if be is not None:
                 be.synchronize()
-            return StageReading(time.perf_counter() - mark.wall_start, None, self._peak(be))
+            return StageReading(perf_counter() - mark.wall_start, None, self._peak(be))
         end = None
         if mark.start_event is not None:
             end = be.Event(enable_timing=True)
             end.record()
         be.synchronize()
-        wall = time.perf_counter() - mark.wall_start
+        wall = perf_counter() - mark.wall_start
         device = None
         if end is not None and mark.start_event is not None:
             device = float(mark.start_event.elapsed_time(end)) / 1000.0

@@ -83,6 +83,9 @@ class _Recorder:
     # The platform identity the attempt runs as (harness.platforms.Identity JSON).
     info: Mapping[str, Any] | None = None
     made_output_dir: bool = False
+    # Stages still open when the attempt ended, innermost last (filled by ``_end``): the
+    # worker makes such an attempt an error; they have no time.
+    unclosed: tuple[str, ...] = ()
 
     def settle(self) -> None:
         """Describe the held fingerprints and hash the held inputs (the attempt has ended)."""
@@ -116,6 +119,17 @@ class _Recorder:
     def stage_memory(self) -> dict[str, int]:
         """Stage name -> peak allocated device bytes; empty without a device counter."""
         return self.book.memory
+
+    @property
+    def stage_cpu(self) -> dict[str, float]:
+        """Stage name -> CPU seconds of the whole process while the stage was open."""
+        return self.book.cpu_s
+
+    @property
+    def stage_wait(self) -> dict[str, float]:
+        """Stage name -> run-queue delay in seconds while the stage was open (Linux; empty
+        elsewhere): time the process's threads were runnable but not running."""
+        return self.book.wait_s
 
 
 def _settled(recorded: dict[str, Any], finish: Callable[[Held], Any]) -> dict[str, Any]:
@@ -157,6 +171,7 @@ def _end() -> _Recorder | None:
     global _current
     rec, _current = _current, None
     if rec is not None:
+        rec.unclosed = tuple(rec.book.close())
         rec.settle()
     return rec
 
@@ -416,6 +431,8 @@ def snapshot(rec: _Recorder) -> Mapping[str, Any]:
         "stages": dict(rec.stages),
         "stage_device": dict(rec.stage_device),
         "stage_memory": dict(rec.stage_memory),
+        "stage_cpu": dict(rec.stage_cpu),
+        "stage_wait": dict(rec.stage_wait),
         "fingerprints": dict(rec.fingerprints),
         "inputs": dict(rec.inputs),
         "outputs": dict(rec.outputs),

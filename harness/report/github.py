@@ -130,6 +130,8 @@ def _case_message(kind: str, case: CaseResult) -> str:
     head = case.status + (" (simulated)" if case.simulated else "")
     if kind == "warn":
         head += " with a warning"
+    elif kind == "contention":
+        head += " under contention (a latency budget met only without run-queue delay)"
     check = failing_check(case)
     if check is not None:
         obtained = "not run" if check.passed is None else f"obtained {fmt_number(check.value)}"
@@ -151,7 +153,8 @@ def run_annotations(
     workspace: str | None = None,
 ) -> list[Annotation]:
     """Annotations for a run, worst first: errors for failing cases, case files that did not
-    load and harness faults; warnings for flaky and warn-policy results. ``lines`` maps case
+    load and harness faults; warnings for flaky and warn-policy results; notices for latency
+    budgets met only under contention (with their figures). ``lines`` maps case
     ids to the line of their table (the loaded cases know it); ids not in it are looked up in
     their case file."""
     line_of = _Lines(lines)
@@ -172,6 +175,8 @@ def run_annotations(
         if kind == "simulated":
             continue  # labelled in the summary; not a failure to point at
         level: Level = "warning" if kind in ("flaky", "warn") else "error"
+        if kind == "contention":
+            level = "notice"
         out.append(
             Annotation(
                 level,

@@ -36,7 +36,7 @@ from harness.model import (
     fmt_number,
     stage_medians,
 )
-from harness.report.text import explain_checks
+from harness.report.text import contention_figures, explain_checks
 
 __all__ = ["write_junit", "xml_safe"]
 
@@ -120,6 +120,7 @@ def _testcase(case: CaseResult, secs: float) -> ET.Element:
         "simulated": case.simulated,
         "status": case.status,
         "warnings": len(case.warnings),
+        "contention": len(case.contention),
     }
     if case.identity and case.identity.get("arch"):
         props["arch"] = case.identity["arch"]
@@ -205,10 +206,13 @@ def _checks_summary(checks: Sequence[CheckResult]) -> str:
 
 
 def _notes(case: CaseResult) -> str:
-    """Warn-policy failures and checks that could not run: reported, never silently passed."""
+    """Warn-policy failures, budgets met only under contention and checks that could not
+    run: reported, never silently passed."""
     lines: list[str] = []
     for c in case.checks:
-        if c.passed is False and c.policy == "warn":
+        if c.contention:
+            lines.append(f"contention: {c.name}: {contention_figures(c)}")
+        elif c.passed is False and c.policy == "warn":
             rule = c.settings.get("on_fail_rule")
             lines.append(f"warning: {c.name}: {_obtained(c)}" + (f" [{rule}]" if rule else ""))
         elif c.passed is None:

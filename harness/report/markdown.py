@@ -37,6 +37,7 @@ _ICON = {
     "budget_declined": "⏳",
     "flaky": "⚠️",
     "warn": "⚠️",
+    "contention": "⏱️",
     "simulated": "🧪",
 }
 _VERDICT_ICON = {0: "✅", 1: "❌", 2: "❌", 3: "🛑", 5: "⚪", 7: "⚠️"}
@@ -182,6 +183,9 @@ def verdict_line(report: RunReport) -> str:
     took = duration_text(report.started_at, report.finished_at)
     if took:
         line += f" in {took}"
+    contended = sum(1 for c in report.cases if c.status == "passed" and c.contention)
+    if contended:
+        line += f"; {contended} passed under contention"
     if report.load_errors:
         line += f"; {len(report.load_errors)} case file(s) did not load"
     if report.missing:
@@ -210,13 +214,16 @@ def _context_line(report: RunReport) -> str:
 
 
 def attention_kind(case: CaseResult) -> str | None:
-    """Why a case needs a person's attention (its status, ``warn`` or ``simulated``), or None."""
+    """Why a case needs a person's attention (its status, ``warn``, ``contention``: a latency
+    budget met only once run-queue delay was taken out, or ``simulated``), or None."""
     if case.status not in ("passed", "skipped"):
         return case.status
     if case.status == "passed" and any(
         k.policy == "warn" and k.passed is not True for k in case.checks
     ):
         return "warn"
+    if case.status == "passed" and case.contention:
+        return "contention"
     if case.status == "passed" and case.simulated:
         return "simulated"
     return None
@@ -224,7 +231,7 @@ def attention_kind(case: CaseResult) -> str | None:
 
 def attention_cases(report: RunReport) -> list[tuple[str, CaseResult]]:
     """The cases that need attention, worst first (by status), each with its kind."""
-    order = (*_STATUS_ORDER, "warn", "simulated")
+    order = (*_STATUS_ORDER, "warn", "contention", "simulated")
     found = [(kind, c) for c in report.cases if (kind := attention_kind(c)) is not None]
     rank = {s: i for i, s in enumerate(order)}
     return sorted(found, key=lambda kc: rank.get(kc[0], len(_STATUS_ORDER)))
@@ -232,12 +239,13 @@ def attention_cases(report: RunReport) -> list[tuple[str, CaseResult]]:
 
 def failing_check(case: CaseResult) -> CheckResult | None:
     """The check that explains the case best: a failed blocking one, else one that could not
-    run, else a warning."""
+    run, else a warning, else a budget met only under contention."""
     for wanted in (
         lambda k: k.blocking,
         lambda k: k.unjudged,
         lambda k: k.passed is False,
         lambda k: k.passed is None,
+        lambda k: k.contention,
     ):
         for check in case.checks:
             if wanted(check):
@@ -280,10 +288,14 @@ def _attention_row(kind: str, case: CaseResult) -> str:
     status = case.status + (" (simulated)" if case.simulated else "")
     if kind == "warn":
         status += ", warning"
+    if case.contention:
+        status += ", contention"
     if check is None:
         check_cells = ["-", "-", "-"]
     else:
         obtained = "not run" if check.passed is None else fmt_number(check.value)
+        if check.contention:
+            obtained += f" (wall {fmt_number(check.settings.get('wall_s'))})"
         required = f"{check.op} {fmt_number(check.threshold)}"
         check_cells = [
             md_code(check.name),

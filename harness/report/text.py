@@ -8,18 +8,34 @@ from typing import Any
 from harness.model import CaseResult, CheckResult, compare, fmt_number
 
 
+def contention_figures(check: CheckResult) -> str:
+    """``wall 0.874 s, run-queue delay 0.21 s, wall less delay 0.664 s, limit 0.847 s (budget
+    0.77 s)``: the figures of a budget met only under contention (medians)."""
+    st = check.settings
+
+    def s(v: Any) -> str:
+        return f"{v:.4g} s" if isinstance(v, int | float) else f"{fmt_number(v)} s"
+
+    return (
+        f"wall {s(st.get('wall_s'))}, run-queue delay {s(st.get('wait_s'))}, wall less delay "
+        f"{s(check.value)}, limit {s(check.threshold)} (budget {s(st.get('budget_s'))})"
+    )
+
+
 def explain_check(check: CheckResult) -> str:
     """A plain-text explanation of a check: verdict line, reason, settings, per-frame table.
 
     Used by the pytest items and the JUnit failure text.
     """
     verdict = {True: "passed", False: "FAILED", None: "NOT RUN"}[check.passed]
+    if check.contention:
+        verdict = "CONTENTION (passed on wall time less run-queue delay)"
     head = f"{check.name}: {verdict}"
     if check.value is not None:
         n = len(check.details)
         how = "mean" if check.settings.get("reduce") == "mean" else "worst"
         head += f", obtained {fmt_number(check.value)}" + (
-            f" ({how} of {n} frames)" if n > 1 else ""
+            f" ({how} of {n} frames)" if n > 1 and any("frame" in r for r in check.details) else ""
         )
     head += f", required {check.op} {fmt_number(check.threshold)}"
     if check.policy == "warn":
@@ -69,8 +85,9 @@ def _row_passed(check: CheckResult, row: Mapping[str, Any]) -> bool:
 
 
 def explain_checks(checks: Sequence[CheckResult]) -> str:
-    """Every check that did not pass (failed, warned or not run), one block each."""
-    return "\n\n".join(explain_check(c) for c in checks if c.passed is not True)
+    """Every check that did not pass (failed, warned or not run) or passed only under
+    contention, one block each."""
+    return "\n\n".join(explain_check(c) for c in checks if c.passed is not True or c.contention)
 
 
 def explain_case(result: CaseResult) -> str:

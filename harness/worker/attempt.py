@@ -17,7 +17,6 @@ import os
 import random
 import subprocess
 import sys
-import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +27,8 @@ from harness.checks import evaluate_attempt_checks
 from harness.model import Attempt, Case, ErrorInfo
 from harness.platforms.base import Identity
 from harness.platforms.policy import threshold_chain
+from harness.probe.clocks import perf_counter, process_time
+from harness.probe.sched import CLOCKS
 from harness.worker.protocol import AttemptJob
 
 
@@ -184,6 +185,17 @@ def _base_message(exc: BaseException) -> str:
     return f"the target raised {type(exc).__name__}{detail}"
 
 
+def _unclosed_error(names: tuple[str, ...]) -> ErrorInfo:
+    """A stage entered and never left has no time: the attempt is an error naming it."""
+    listed = ", ".join(f"'{n}'" for n in dict.fromkeys(names))
+    return ErrorInfo.make(
+        "UnclosedStage",
+        f"probe.stage {listed} was entered and never left before the target returned (a "
+        "stage's __enter__ without its __exit__, or a thread or generator still inside it); "
+        "an unclosed stage has no time, so the attempt is an error, not a 0.0 s stage",
+    )
+
+
 def stage_device(platform: str) -> platforms.Platform | None:
     """The platform object the attempt's stages measure through (synchronize, device events,
     peak memory). It acts only where that platform's runtime is loaded and initialized in this
@@ -255,7 +267,10 @@ def run_attempt(job: AttemptJob) -> Attempt:
     status = "passed"
     error: ErrorInfo | None = None
     pid = os.getpid()
-    t0 = time.perf_counter()
+    # The attempt's run-queue delay, beside its duration (the threads listed afresh).
+    threads = CLOCKS.sample(relist=True)
+    cpu0 = process_time()
+    t0 = perf_counter()
     try:
         if case.command is not None:
             # The command gets most of the attempt's time, so that its own timeout is reported
@@ -298,8 +313,11 @@ def run_attempt(job: AttemptJob) -> Attempt:
             type(exc).__name__, _base_message(exc), traceback.format_exc(), innermost_frame(exc)
         )
     finally:
-        duration = time.perf_counter() - t0
+        duration = perf_counter() - t0
+        wait_s = CLOCKS.finish(threads, process_time() - cpu0, duration)
         probe._end()
+    if rec.unclosed and status == "passed":
+        status, error = "error", _unclosed_error(rec.unclosed)
     checks = evaluate_attempt_checks(
         case,
         platform_chain=job.platform_chain,
@@ -352,4 +370,7 @@ def run_attempt(job: AttemptJob) -> Attempt:
         round=job.round,
         stage_device=rec.stage_device,
         stage_memory=rec.stage_memory,
+        stage_cpu=dict(rec.stage_cpu),
+        stage_wait=dict(rec.stage_wait),
+        wait_s=wait_s,
     )
