@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.cli.sharding import add_split_args, check_split_args
 from harness.cli.suite import add_suite_args
+from harness.cli.usage import existing_folders, writable_folder
 from harness.errors import UsageError
 
 if TYPE_CHECKING:
@@ -215,6 +216,7 @@ def main(args: argparse.Namespace) -> int:
 
 def _check_args(args: argparse.Namespace) -> None:
     """Usage errors before anything runs or is written, each as one line (exit 2)."""
+    from harness.execution.run import check_run_id
     from harness.model.vocab import MAX_REPEATS, MAX_RETRIES
 
     for name, lowest, highest in (("repeats", 1, MAX_REPEATS), ("retries", 0, MAX_RETRIES)):
@@ -223,9 +225,11 @@ def _check_args(args: argparse.Namespace) -> None:
             raise UsageError(f"--{name} {value}: expected an integer from {lowest} to {highest}")
     if args.budget is not None and not 0 < args.budget < math.inf:
         raise UsageError(f"--budget {args.budget}: expected a finite positive number of seconds")
-    for folder in (args.out, *args.out.parents):
-        if folder.exists() and not folder.is_dir():
-            raise UsageError(f"--out {args.out}: {folder} exists and is not a folder")
+    if args.run_id is not None:
+        check_run_id(args.run_id)
+    if args.code_roots:
+        existing_folders("--code-root", args.code_roots)
+    writable_folder("--out", args.out)
     if args.references is not None and not args.references.is_dir():
         what = "is not a folder" if args.references.exists() else "does not exist"
         raise UsageError(f"--references {args.references}: that folder {what}")

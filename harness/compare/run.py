@@ -217,6 +217,11 @@ def run_live(
     say = request.progress or (lambda _l: None)
     items, load_errors = _items(request, cases_root)
     if not items:
+        if load_errors:  # say which files failed and why, not only that nothing is left
+            failed = "; ".join(str(e) for e in load_errors)
+            raise UsageError(
+                f"no case selected: {len(load_errors)} case file(s) failed to load: {failed}"
+            )
         raise UsageError("no case selected (check the paths and -k)")
     # One warm-up per side at least: a cold first run (lazy imports, allocator, caches)
     # would otherwise land on whichever side goes first in round 0.

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from harness.pytest_plugin.compare import COMPARE_KEY, ComparisonItem
-from harness.pytest_plugin.options import _opt_path, _root
+from harness.pytest_plugin.compare import COMPARE_KEY, ComparisonItem, check_base_option
+from harness.pytest_plugin.options import _opt_path, _root, check_platform_option
 from harness.pytest_plugin.publish import GITHUB_LINES_KEY, WORKER_RUNS_KEY, publish_for_github
 from harness.pytest_plugin.shard import (
     SHARD_KEY,
@@ -141,6 +141,8 @@ def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Col
 
 def pytest_configure(config: pytest.Config) -> None:
     check_shard_option(config)
+    check_platform_option(config)
+    check_base_option(config)
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistBatches(), "harness-xdist-batches")
 

@@ -89,6 +89,25 @@ def _run(first: ComparisonItem) -> _CompareState:
     return state
 
 
+def check_base_option(config: pytest.Config) -> None:
+    """--harness-base and --harness-head must name commits of the rootdir's repository: a
+    usage error before collection, not a failure of every item."""
+    base = config.getoption("harness_base")
+    if not base:
+        return
+    from harness.compare.worktree import resolve
+    from harness.errors import UsageError
+
+    for flag, rev in (
+        ("--harness-base", base),
+        ("--harness-head", config.getoption("harness_head")),
+    ):
+        try:
+            resolve(_root(config), str(rev))
+        except UsageError as exc:
+            raise pytest.UsageError(f"{flag} {rev}: {exc}") from None
+
+
 class ComparisonItem(pytest.Item):
     """One case on one platform, judged base vs head."""
 
