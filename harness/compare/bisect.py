@@ -148,6 +148,9 @@ def bisect(
         say(f"bisect: testing {sha[:10]} {subject!r} ({len(commits)} commit(s) in range)")
         try:
             cmp = compare_revisions(good_sha, sha, request=sub)
+        except KeyboardInterrupt:
+            steps.append(Step(sha, subject, "skip", None, "interrupted", None))
+            raise
         except UsageError as exc:
             steps.append(Step(sha, subject, "skip", None, str(exc), None))
             return "skip"
