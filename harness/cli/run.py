@@ -129,7 +129,8 @@ def main(args: argparse.Namespace) -> int:
         items = split.items_of(shard_spec[0])
         print(
             f"shard {shard.label}: {len(items)} of {len(split.items)} item(s), "
-            f"expected {split.loads()[shard_spec[0] - 1]:.2f} s, plan {split.digest}",
+            f"expected {split.loads()[shard_spec[0] - 1]:.2f} s, plan {split.digest}"
+            + (f", nonce {split.nonce}" if split.nonce else ""),
             file=sys.stderr,
         )
     code_roots = args.code_roots or (["targets/tinyav"] if Path("targets/tinyav").is_dir() else [])

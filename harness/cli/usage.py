@@ -20,22 +20,23 @@ __all__ = ["existing_folders", "writable_folder"]
 
 
 def writable_folder(flag: str, path: Path) -> Path:
-    """``path`` as a folder this process can write in: created (with its parents) when
-    missing. Refused when a component is a file, or the folder cannot be created or written
-    (a read-only mount, no permission), before a run has anything to lose."""
+    """``path`` as a folder this process can write in (or create). Refused when a component
+    is a file, or the folder (or, when it does not exist yet, its nearest existing parent)
+    cannot be written: a read-only mount, no permission. Nothing is left behind."""
     for folder in (path, *path.parents):
         if folder.exists() and not folder.is_dir():
             raise UsageError(f"{flag} {path}: {folder} exists and is not a folder")
+    nearest = next((f for f in (path, *path.parents) if f.is_dir()), Path.cwd())
     try:
-        path.mkdir(parents=True, exist_ok=True)
         # Root passes every os.access check, so try a real write (an immutable or read-only
-        # folder refuses it for everyone).
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".harness-write-check-"):
+        # folder refuses it for everyone); the file is removed when closed.
+        with tempfile.NamedTemporaryFile(dir=nearest, prefix=".harness-write-check-"):
             pass
     except OSError as exc:
         why = exc.strerror or str(exc)
+        where = "" if nearest == path else f" (in {nearest})"
         raise UsageError(
-            f"{flag} {path}: cannot write there ({why}); pick a folder this user can write"
+            f"{flag} {path}: cannot write there{where}: {why}; pick a folder this user can write"
         ) from None
     return path
 
