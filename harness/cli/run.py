@@ -17,6 +17,7 @@ from harness.errors import UsageError
 
 if TYPE_CHECKING:
     from harness.model import RunReport
+    from harness.platforms.profile import Profile
 
 RUN_EXAMPLE = """\
 examples:
@@ -92,6 +93,12 @@ def add_parser(sub: Any) -> None:
         help="stop starting cases after the first failed, error, timeout or crashed one; "
         "the report lists the cases not run, with why",
     )
+    run.add_argument(
+        "--simulate",
+        action="store_true",
+        help="run a runner profile that promises devices (device_count >= 1) simulated when "
+        "its platform is not available here (without it that run is refused, exit 3)",
+    )
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     run.set_defaults(func=main)
 
@@ -134,6 +141,8 @@ def main(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     code_roots = args.code_roots or (["targets/tinyav"] if Path("targets/tinyav").is_dir() else [])
+    if not args.simulate and any(i.platform == profile.platform for i in items):
+        _check_promised_devices(profile, code_roots)
     display = ProgressDisplay(len(items), live=False if args.quiet else None)
     runner = Runner(
         RunOptions(
@@ -234,6 +243,25 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.references is not None and not args.references.is_dir():
         what = "is not a folder" if args.references.exists() else "does not exist"
         raise UsageError(f"--references {args.references}: that folder {what}")
+
+
+def _check_promised_devices(profile: Profile, code_roots: list[str]) -> None:
+    """A profile that promises devices on a platform that is not here (absent, or its runtime
+    broken) is an infrastructure error, before anything runs; --simulate lifts it."""
+    import os
+
+    from harness.errors import InfrastructureError
+    from harness.platforms.devices import count_devices, promised_but_absent
+
+    if profile.device_count < 1:
+        return
+    env = dict(os.environ)
+    paths = [*(str(Path(r).resolve()) for r in code_roots), env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(x for x in paths if x)
+    found = count_devices(profile.platform, env=env)
+    line = promised_but_absent(profile.source, profile.platform, profile.device_count, found)
+    if line is not None:
+        raise InfrastructureError(line)
 
 
 def _nothing_ran(args: argparse.Namespace, loaded: int, report: RunReport) -> str:
