@@ -166,6 +166,7 @@ class ShardPlan:
     expected: tuple[Expected, ...]
     shard_of: tuple[int, ...]
     digest: str
+    nonce: str | None = None
 
     def items_of(self, index: int) -> list[PlanItem]:
         return [it for it, s in zip(self.items, self.shard_of, strict=True) if s == index]
@@ -196,6 +197,7 @@ class ShardPlan:
             count=self.count,
             digest=self.digest,
             by=self.by,
+            nonce=self.nonce,
             plan=tuple(
                 PlannedCase(
                     id=it.case.id,
@@ -225,8 +227,10 @@ def split(
     recorded: Mapping[tuple[str, str], Recorded] | None = None,
     *,
     by: str = "case",
+    nonce: str | None = None,
 ) -> ShardPlan:
-    """Cut ``items`` into ``count`` shards, longest batch first onto the least-loaded shard."""
+    """Cut ``items`` into ``count`` shards, longest batch first onto the least-loaded shard.
+    ``nonce`` (see :func:`plan_nonce`) is recorded in every shard's report as is."""
     check_shard_count(count)
     expected = expected_seconds(items, recorded or {})
     batches: dict[str, list[int]] = {}
@@ -246,7 +250,33 @@ def split(
             shard_of[i] = index
         heapq.heappush(heap, (load + seconds[name], index))
     digest = plan_digest(count, by, ((it.name, s) for it, s in zip(items, shard_of, strict=True)))
-    return ShardPlan(count, by, tuple(items), tuple(expected), tuple(shard_of), digest)
+    return ShardPlan(count, by, tuple(items), tuple(expected), tuple(shard_of), digest, nonce=nonce)
+
+
+# Where a plan's nonce comes from when --plan-nonce is not given: an environment variable set
+# for the whole CI run, so every shard job of one run draws the same one. The run id, not the
+# attempt: re-running one failed shard job must still merge with the others.
+NONCE_SOURCES: tuple[tuple[str, str], ...] = (
+    ("HARNESS_PLAN_NONCE", ""),
+    ("GITHUB_RUN_ID", "github-run-"),
+    ("CI_PIPELINE_ID", "gitlab-pipeline-"),
+    ("BUILDKITE_BUILD_ID", "buildkite-build-"),
+)
+
+
+def plan_nonce(explicit: str | None, environ: Mapping[str, str]) -> str | None:
+    """The plan's nonce: ``explicit`` (``--plan-nonce``), else the first of
+    :data:`NONCE_SOURCES` set in ``environ``; None when there is none (shards are then told
+    apart by their plan digest and git tree only)."""
+    if explicit is not None:
+        if not explicit.strip():
+            raise UsageError("--plan-nonce '': expected a non-empty text, e.g. the CI run id")
+        return explicit
+    for name, prefix in NONCE_SOURCES:
+        value = environ.get(name, "").strip()
+        if value:
+            return prefix + value
+    return None
 
 
 __all__ = [
@@ -260,6 +290,7 @@ __all__ = [
     "expected_seconds",
     "parse_shard_spec",
     "plan_digest",
+    "plan_nonce",
     "recorded_durations",
     "split",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from collections.abc import Sequence
 
 from harness.cli import bisect, compare, merge, plan, platforms, refs, report, run
@@ -62,6 +63,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt:
+        # Commands that own a long run catch Ctrl-C themselves and write what finished; one
+        # that reaches here was interrupted before or after its work: incomplete, never 1.
+        print(f"harness {args.command}: interrupted (exit 3)", file=sys.stderr)
+        return 3
+    except Exception:
+        # A harness bug is infrastructure, never a finding: exit 1 would read as a regression.
+        # What the command finished is already on disk (writers run in `finally` blocks).
+        traceback.print_exc(file=sys.stderr)
+        print(
+            f"harness {args.command}: internal error (a harness bug, not a finding about the "
+            "code under test); traceback above (exit 3)",
+            file=sys.stderr,
+        )
+        return 3
 
 
 if __name__ == "__main__":

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
+from types import FrameType
 from typing import Any
+
+from harness.cli.usage import writable_folder
+from harness.errors import UsageError
 
 BISECT_EXAMPLE = """\
 examples:
@@ -13,8 +18,11 @@ examples:
   harness bisect --good main~20 --bad main --repo ../my-target --code-root src t2va-int8
 
 A step is bad when the case fails or regresses against the good commit; commits that do not
-build (code roots missing, SyntaxError/ImportError) are skipped and recorded in bisect.json.
-exit codes: 0 first bad commit found; 1 none found (or hidden by skipped commits); 2 usage.
+build (code roots missing, SyntaxError/ImportError) and steps that decide nothing (flaky,
+suspect, missing, not comparable, an incomplete comparison) are skipped, never good, and
+recorded in bisect.json. Each bisect writes its own folder under --out.
+exit codes: 0 first bad commit found; 1 none found (or hidden by skipped commits); 2 usage;
+3 interrupted (Ctrl-C: bisect.json keeps the steps so far) or a harness fault.
 """
 
 
@@ -54,12 +62,14 @@ def add_parser(sub: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from harness.cli.compare import looks_for
-    from harness.compare.bisect import bisect, evidence
+    from harness.compare.bisect import BisectInterrupted, bisect, evidence
     from harness.compare.latency import LatencySettings
     from harness.compare.run import CompareRequest
     from harness.platforms.profile import resolve_profile
 
     profile = resolve_profile(args.runner, Path("runners"))
+    writable_folder("--out", args.out)
+    _check_case(args, profile.platform)
     say = (lambda _l: None) if args.quiet else (lambda line: print(line, file=sys.stderr))
     request = CompareRequest(
         repo=args.repo,
@@ -78,9 +88,35 @@ def main(args: argparse.Namespace) -> int:
         argv=tuple(sys.argv),
         progress=lambda line: say(f"  {line}") if line.startswith(("bisect", "compare")) else None,
     )
-    result = bisect(args.good, args.bad, args.case, request=request, say=say)
-    for s in result.steps:
-        print(f"  {s.status:5} {s.sha[:12]} {s.subject}: {s.verdict or '-'}", file=sys.stderr)
+    stop = {"asked": False}
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        # the step in flight catches this, judges and writes what ran; the search then stops
+        stop["asked"] = True
+        raise KeyboardInterrupt
+
+    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        result = bisect(
+            args.good,
+            args.bad,
+            args.case,
+            request=request,
+            say=say,
+            interrupted=lambda: stop["asked"],
+        )
+    except BisectInterrupted as exc:
+        _print_steps(exc.result.steps)
+        print(
+            f"bisect interrupted after {len(exc.result.steps)} step(s); steps so far in "
+            f"{exc.out / 'bisect.json'} (exit 3)",
+            file=sys.stderr,
+        )
+        return 3
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    _print_steps(result.steps)
     if result.first_bad is None:
         if result.candidates:
             print(
@@ -97,3 +133,26 @@ def main(args: argparse.Namespace) -> int:
         print(f"  verdict: {step.verdict}: {step.reason}")
         print(f"  evidence: {step.comparison}/comparison.json")
     return 0
+
+
+def _print_steps(steps: Any) -> None:
+    for s in steps:
+        print(f"  {s.status:5} {s.sha[:12]} {s.subject}: {s.verdict or '-'}", file=sys.stderr)
+
+
+def _check_case(args: argparse.Namespace, default_platform: str) -> None:
+    """The case to bisect must be one the case files name: a usage error before any step."""
+    from harness.cases import build_plan, load_suite
+
+    paths = list(args.paths) or [Path("cases")]
+    suite = load_suite(paths)
+    items = build_plan(suite.cases, list(args.platforms or [default_platform]))
+    if any(args.case in (i.case.id, i.name) for i in items):
+        return
+    where = ", ".join(str(p) for p in paths)
+    known = sorted({c.id for c in suite.cases})
+    shown = ", ".join(known[:8]) + (", ..." if len(known) > 8 else "")
+    bad = f"; {len(suite.errors)} case file(s) failed to load" if suite.errors else ""
+    raise UsageError(
+        f"CASE {args.case!r}: no such case id in {where} ({len(known)} case(s): {shown}{bad})"
+    )

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.cli.suite import add_suite_args
+from harness.cli.usage import writable_folder
 from harness.errors import UsageError
 
 if TYPE_CHECKING:
@@ -162,6 +163,7 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(f"--min-stage-ms {args.min_stage_ms}: expected a non-negative number")
     if args.delta is not None and not 0 < args.delta < 10:
         raise UsageError(f"--delta {args.delta}: expected a fraction such as 0.05")
+    writable_folder("--out", args.out)
     profile = resolve_profile(args.runner, Path("runners"))
     delta = args.delta if args.delta is not None else (profile.compare_delta or 0.05)
     say = (lambda _l: None) if args.quiet else (lambda line: print(line, file=sys.stderr))

@@ -20,6 +20,9 @@ examples:
 Every planned case must have a result on some shard; one that has none is listed as missing
 with the reason (shard report not found, not run after --fail-fast, not reported), and the
 exit code counts it: 3 when a shard's report is absent or lacks a case, 1 after --fail-fast.
+Shards must come from one plan (same plan digest and nonce: `--plan-nonce`, or the CI run's id)
+and one commit (same git tree hash of the code under test); a shard that does not is refused,
+naming its folder and what differed (exit 2: a stale input, not a harness fault).
 """
 
 

@@ -92,6 +92,7 @@ def split_json(split: ShardPlan) -> dict[str, Any]:
         "count": split.count,
         "by": split.by,
         "plan_digest": split.digest,
+        "plan_nonce": split.nonce,
         "total_s": round(sum(loads), 6),
         "ideal_s": round(split.ideal_s(), 6),
         "estimated": sum(1 for e in split.expected if e.estimate is not None),
@@ -136,5 +137,5 @@ def print_split(split: ShardPlan) -> None:
     print(
         f"{split.count} shard(s) by {split.by}: longest {longest:.2f} s, ideal {ideal:.2f} s"
         f"{ratio}; {estimated} of {len(split.items)} case duration(s) estimated; "
-        f"plan {split.digest}"
+        f"plan {split.digest}" + (f", nonce {split.nonce}" if split.nonce else ", no nonce")
     )

@@ -156,11 +156,14 @@ def main_refs(args: argparse.Namespace) -> int:
 
 
 def _bless(args: argparse.Namespace) -> int:
+    from harness.cli.usage import writable_folder
     from harness.references.bless import BlessRefusedError, bless
 
     if not args.reason:
         print("error: bless needs --reason TEXT (recorded in the manifest)", file=sys.stderr)
         return 2
+    # bless is the store's only writer: a store it cannot write is refused before any work
+    writable_folder("--references", args.references)
     print(f"blessing {args.run} into {args.references} ...", file=sys.stderr, flush=True)
     try:
         summary = bless(

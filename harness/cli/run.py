@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 from harness.cli.sharding import add_split_args, check_split_args
 from harness.cli.suite import add_suite_args
+from harness.cli.usage import existing_folders, writable_folder
 from harness.errors import UsageError
 
 if TYPE_CHECKING:
     from harness.model import RunReport
+    from harness.platforms.profile import Profile
 
 RUN_EXAMPLE = """\
 examples:
@@ -91,6 +93,12 @@ def add_parser(sub: Any) -> None:
         help="stop starting cases after the first failed, error, timeout or crashed one; "
         "the report lists the cases not run, with why",
     )
+    run.add_argument(
+        "--simulate",
+        action="store_true",
+        help="run a runner profile that promises devices (device_count >= 1) simulated when "
+        "its platform is not available here (without it that run is refused, exit 3)",
+    )
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     run.set_defaults(func=main)
 
@@ -129,10 +137,13 @@ def main(args: argparse.Namespace) -> int:
         items = split.items_of(shard_spec[0])
         print(
             f"shard {shard.label}: {len(items)} of {len(split.items)} item(s), "
-            f"expected {split.loads()[shard_spec[0] - 1]:.2f} s, plan {split.digest}",
+            f"expected {split.loads()[shard_spec[0] - 1]:.2f} s, plan {split.digest}"
+            + (f", nonce {split.nonce}" if split.nonce else ""),
             file=sys.stderr,
         )
     code_roots = args.code_roots or (["targets/tinyav"] if Path("targets/tinyav").is_dir() else [])
+    if not args.simulate and any(i.platform == profile.platform for i in items):
+        _check_promised_devices(profile, code_roots)
     display = ProgressDisplay(len(items), live=False if args.quiet else None)
     runner = Runner(
         RunOptions(
@@ -222,6 +233,7 @@ def main(args: argparse.Namespace) -> int:
 
 def _check_args(args: argparse.Namespace) -> None:
     """Usage errors before anything runs or is written, each as one line (exit 2)."""
+    from harness.execution.run import check_run_id
     from harness.model.vocab import MAX_REPEATS, MAX_RETRIES
 
     for name, lowest, highest in (("repeats", 1, MAX_REPEATS), ("retries", 0, MAX_RETRIES)):
@@ -230,12 +242,33 @@ def _check_args(args: argparse.Namespace) -> None:
             raise UsageError(f"--{name} {value}: expected an integer from {lowest} to {highest}")
     if args.budget is not None and not 0 < args.budget < math.inf:
         raise UsageError(f"--budget {args.budget}: expected a finite positive number of seconds")
-    for folder in (args.out, *args.out.parents):
-        if folder.exists() and not folder.is_dir():
-            raise UsageError(f"--out {args.out}: {folder} exists and is not a folder")
+    if args.run_id is not None:
+        check_run_id(args.run_id)
+    if args.code_roots:
+        existing_folders("--code-root", args.code_roots)
+    writable_folder("--out", args.out)
     if args.references is not None and not args.references.is_dir():
         what = "is not a folder" if args.references.exists() else "does not exist"
         raise UsageError(f"--references {args.references}: that folder {what}")
+
+
+def _check_promised_devices(profile: Profile, code_roots: list[str]) -> None:
+    """A profile that promises devices on a platform that is not here (absent, or its runtime
+    broken) is an infrastructure error, before anything runs; --simulate lifts it."""
+    import os
+
+    from harness.errors import InfrastructureError
+    from harness.platforms.devices import count_devices, promised_but_absent
+
+    if profile.device_count < 1:
+        return
+    env = dict(os.environ)
+    paths = [*(str(Path(r).resolve()) for r in code_roots), env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(x for x in paths if x)
+    found = count_devices(profile.platform, env=env)
+    line = promised_but_absent(profile.source, profile.platform, profile.device_count, found)
+    if line is not None:
+        raise InfrastructureError(line)
 
 
 def _nothing_ran(args: argparse.Namespace, loaded: int, report: RunReport) -> str:

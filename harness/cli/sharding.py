@@ -7,11 +7,12 @@ same cases, ``-k`` and platforms, the same ``--durations`` files and ``--shard-b
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
 from harness.cases import PlanItem
-from harness.cases.shard import BATCH_RULES, ShardPlan, recorded_durations, split
+from harness.cases.shard import BATCH_RULES, ShardPlan, plan_nonce, recorded_durations, split
 from harness.errors import UsageError
 from harness.report.io import read_report
 
@@ -27,6 +28,13 @@ def add_split_args(p: argparse.ArgumentParser) -> None:
         "duration of each case (repeatable; cases it lacks are estimated, and the plan says how)",
     )
     p.add_argument(
+        "--plan-nonce",
+        metavar="TEXT",
+        help="the same text on every shard of one plan, recorded in each report; harness merge "
+        "refuses shards whose nonces differ (default: $HARNESS_PLAN_NONCE, else the CI run's "
+        "id: GITHUB_RUN_ID, CI_PIPELINE_ID, BUILDKITE_BUILD_ID)",
+    )
+    p.add_argument(
         "--shard-by",
         choices=BATCH_RULES,
         default="case",
@@ -37,7 +45,8 @@ def add_split_args(p: argparse.ArgumentParser) -> None:
 
 def shard_plan(args: argparse.Namespace, items: Sequence[PlanItem], count: int) -> ShardPlan:
     reports = [read_report(path) for path in args.durations or ()]
-    return split(items, count, recorded_durations(reports), by=args.shard_by)
+    nonce = plan_nonce(args.plan_nonce, os.environ)
+    return split(items, count, recorded_durations(reports), by=args.shard_by, nonce=nonce)
 
 
 def check_split_args(args: argparse.Namespace, sharded: bool, needs: str) -> None:
@@ -49,6 +58,7 @@ def check_split_args(args: argparse.Namespace, sharded: bool, needs: str) -> Non
         for name, set_ in (
             ("--durations", bool(args.durations)),
             ("--shard-by", args.shard_by != "case"),
+            ("--plan-nonce", args.plan_nonce is not None),
         )
         if set_
     ]

@@ -76,12 +76,23 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat()
 
 
+# A run id is one folder name; file systems stop at 255 bytes, and a comparison's folder
+# holds run folders of its own, so stay well below.
+MAX_RUN_ID = 128
+
+
 def check_run_id(run_id: str) -> str:
-    """A run id names one folder under ``--out``: no separators, no ``..``, not ``latest``."""
+    """A run id names one folder under ``--out``: no separators, no ``..``, not ``latest``,
+    at most :data:`MAX_RUN_ID` characters."""
     if slug(run_id) != run_id or run_id in ("latest", "LATEST"):
         raise UsageError(
             f"--run-id {run_id!r}: expected letters, digits, '.', '_' or '-' (not starting "
             "with '.', and not 'latest'), so that it names one folder under --out"
+        )
+    if len(run_id) > MAX_RUN_ID:
+        raise UsageError(
+            f"--run-id {run_id[:24]}...: {len(run_id)} characters; expected at most "
+            f"{MAX_RUN_ID} (it names one folder under --out)"
         )
     return run_id
 
@@ -101,6 +112,11 @@ class Runner:
         except FileExistsError:
             raise UsageError(
                 f"--run-id {self.run_id}: {self.run_dir} already exists; pick another id"
+            ) from None
+        except OSError as exc:
+            raise UsageError(
+                f"--out {options.out_root}: cannot create {self.run_dir} "
+                f"({exc.strerror or exc}); pick a folder this user can write"
             ) from None
         self.started_at = _now()
         self.executor = Executor(

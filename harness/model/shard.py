@@ -80,6 +80,9 @@ class ShardInfo:
     # One xdist worker's part of its shard (``gw0``...): ``pytest -n K --harness-shard i/N``
     # writes one report per worker, and the merge joins the parts of one shard.
     part: str | None = None
+    # Drawn once per plan (``--plan-nonce``, ``HARNESS_PLAN_NONCE`` or the CI run's id), so two
+    # plans of the same case list are told apart: a shard of another CI run is not merged.
+    nonce: str | None = None
 
     @property
     def label(self) -> str:
@@ -93,12 +96,14 @@ class ShardInfo:
 
     def to_json(self) -> dict[str, Any]:
         part = {"part": self.part} if self.part else {}
+        nonce = {"plan_nonce": self.nonce} if self.nonce else {}
         return {
             "index": self.index,
             "count": self.count,
             "plan_digest": self.digest,
             "by": self.by,
             **part,
+            **nonce,
             "plan": [p.to_json() for p in self.plan],
         }
 
@@ -111,6 +116,7 @@ class ShardInfo:
             by=d.get("by", "case"),
             plan=tuple(PlannedCase.from_json(p) for p in d.get("plan", [])),
             part=d.get("part"),
+            nonce=d.get("plan_nonce"),
         )
 
 

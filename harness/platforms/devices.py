@@ -145,6 +145,25 @@ def check_device_count(
     return True, f"{where}: device_count = {wanted}: {found.count} {platform} device(s) here"
 
 
+def promised_but_absent(
+    profile_source: str, platform: str, wanted: int, found: DeviceCount
+) -> str | None:
+    """Why a runner profile that promises ``wanted`` devices of ``platform`` cannot have them
+    here (the platform is not detected, or detecting it failed), or None when it is here.
+
+    A profile that promises devices describes real hardware: running it simulated on a machine
+    whose device is absent or broken would pass work the hardware never saw. The caller fails
+    the run (infrastructure, exit 3) unless simulation was asked for."""
+    if wanted < 1 or found.available:
+        return None
+    where = profile_source or "the runner profile"
+    return (
+        f"{where}: device_count = {wanted} promises {platform} device(s), but {platform} is "
+        f"not available here ({found.reason}); run on a runner that has it, or pass --simulate "
+        "to run simulated (results labelled simulated)"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m harness.platforms.devices NAME``: one JSON line with the device count."""
     args = list(sys.argv[1:] if argv is None else argv)

@@ -20,8 +20,16 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from harness.pytest_plugin.compare import COMPARE_KEY, ComparisonItem
-from harness.pytest_plugin.options import _opt_path, _root
+from harness.pytest_plugin.compare import (
+    COMPARE_KEY,
+    SHARED_DIR_KEY,
+    SHARED_INPUT,
+    ComparisonItem,
+    check_base_option,
+    controller_shared_dir,
+    read_shared,
+)
+from harness.pytest_plugin.options import _opt_path, _root, check_platform_option
 from harness.pytest_plugin.publish import GITHUB_LINES_KEY, WORKER_RUNS_KEY, publish_for_github
 from harness.pytest_plugin.shard import (
     SHARD_KEY,
@@ -141,6 +149,8 @@ def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Col
 
 def pytest_configure(config: pytest.Config) -> None:
     check_shard_option(config)
+    check_platform_option(config)
+    check_base_option(config)
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistBatches(), "harness-xdist-batches")
 
@@ -368,9 +378,21 @@ def _state(config: pytest.Config) -> _BatchState:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    compare_state = session.config.stash.get(COMPARE_KEY, None)
+    config = session.config
+    compare_state = config.stash.get(COMPARE_KEY, None)
+    if SHARED_DIR_KEY in config.stash and not hasattr(config, "workerinput"):
+        # the xdist controller: the comparison one worker made, for the session's verdict
+        import shutil
+
+        compare_state = read_shared(config) or compare_state
+        shutil.rmtree(config.stash[SHARED_DIR_KEY], ignore_errors=True)
     if compare_state is not None and compare_state.out_dir is not None:
-        session.config.stash[_RUN_DIR_KEY] = compare_state.out_dir
+        config.stash[_RUN_DIR_KEY] = compare_state.out_dir
+    if compare_state is not None:
+        code = compare_state.incomplete()
+        if code is not None and session.exitstatus in (0, 1):
+            # an incomplete comparison is no answer, whatever its items said (DESIGN exit codes)
+            session.exitstatus = code
     state = session.config.stash.get(_STATE_KEY, None)
     if state is not None:
         if exitstatus == pytest.ExitCode.INTERRUPTED and state.runner is not None:
@@ -408,11 +430,19 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             f"{', '.join(state.simulated)}"
         )
     compare_state = config.stash.get(COMPARE_KEY, None)
+    if compare_state is not None and compare_state.error is not None:
+        terminalreporter.write_line(f"harness comparison not made: {compare_state.error}")
     if compare_state is not None and compare_state.comparison is not None:
         counts = {k: v for k, v in compare_state.comparison.counts().items() if v}
         terminalreporter.write_line(
             "harness comparison: " + ", ".join(f"{v} {k}" for k, v in counts.items())
         )
+        code = compare_state.incomplete()
+        if code is not None:
+            faults = "; ".join(compare_state.comparison.infra_errors) or "see comparison.json"
+            terminalreporter.write_line(
+                f"harness comparison INCOMPLETE (exit {code}): {faults}", red=True
+            )
         terminalreporter.write_line(f"comparison: {run_dir / 'comparison.json'}")
         return
     terminalreporter.write_line(f"harness report: {run_dir / 'report.json'}")
@@ -421,6 +451,11 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 class _XdistBatches:
     """Hands whole batches (all cases of one kind) to one xdist worker, and collects each
     worker's run folder for the controller to publish (GitHub job summary, annotations)."""
+
+    def pytest_configure_node(self, node: Any) -> None:
+        # --harness-base: the workers share one comparison through a folder of this session
+        if node.config.getoption("harness_base"):
+            node.workerinput[SHARED_INPUT] = str(controller_shared_dir(node.config))
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         run = getattr(node, "workeroutput", {}).get("harness_run")

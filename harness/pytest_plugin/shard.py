@@ -6,6 +6,7 @@ Import-light like the rest of the plugin: the harness modules load only when an 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,13 @@ def add_shard_options(group: pytest.OptionGroup) -> None:
         action="append",
         default=None,
         help="with --harness-shard: a previous report.json whose seconds shape the split",
+    )
+    group.addoption(
+        "--harness-plan-nonce",
+        metavar="TEXT",
+        default=None,
+        help="with --harness-shard: the same text on every shard of one plan (default: "
+        "$HARNESS_PLAN_NONCE, else the CI run's id); harness merge refuses shards whose differ",
     )
     group.addoption(
         "--harness-shard-by",
@@ -70,11 +78,13 @@ def select_shard(config: pytest.Config, plan: Sequence[PlanItem]) -> list[PlanIt
         return list(plan)
     from pathlib import Path
 
-    from harness.cases.shard import parse_shard_spec, recorded_durations, split
+    from harness.cases.shard import parse_shard_spec, plan_nonce, recorded_durations, split
     from harness.report.io import read_report
 
     index, count = parse_shard_spec(spec, "--harness-shard")
     reports = [read_report(Path(p)) for p in config.getoption("harness_durations") or ()]
-    cut = split(plan, count, recorded_durations(reports), by=config.getoption("harness_shard_by"))
+    nonce = plan_nonce(config.getoption("harness_plan_nonce"), os.environ)
+    by = config.getoption("harness_shard_by")
+    cut = split(plan, count, recorded_durations(reports), by=by, nonce=nonce)
     config.stash[SHARD_KEY] = cut.info(index)
     return cut.items_of(index)

@@ -1,7 +1,8 @@
 """Merge the reports of a sharded run into one run report, and check its coverage.
 
-Every shard report (``harness run --shard i/N``) carries the whole plan and its digest, so the
-merge checks, without any other input, that the shards were cut from one plan (same digest),
+Every shard report (``harness run --shard i/N``) carries the whole plan, its digest and nonce,
+and the git tree hash of the code it ran, so the merge checks, without any other input, that
+the shards were cut from one plan (same digest and nonce) of one commit (same tree hash),
 that no shard is given twice and no case is reported twice, and that every planned case has a
 result, or is listed in ``missing`` with the reason: its shard's report was not found, the
 shard stopped early (``--fail-fast``), or the shard's report has no result for it.
@@ -15,7 +16,7 @@ Example::
 from __future__ import annotations
 
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from harness.errors import InputError
@@ -63,6 +64,7 @@ def _check_consistent(shards: Sequence[tuple[str, RunReport]]) -> list[tuple[str
             "be run with the same cases, -k, platforms, --shards count, --shard-by and "
             "--durations"
         )
+    _check_same_origin(shards)
     # A shard is one report, or the parts one pytest-xdist worker each wrote of it (distinct
     # `part`s); a shard given twice, or a whole shard next to a part of it, is refused.
     seen: dict[int, list[tuple[str, ShardInfo]]] = {}
@@ -79,6 +81,34 @@ def _check_consistent(shards: Sequence[tuple[str, RunReport]]) -> list[tuple[str
             )
         given.append((path, info))
     return sorted(infos, key=lambda pi: (pi[1].index or 0, pi[1].part or ""))
+
+
+def _tree_hash(report: RunReport) -> str | None:
+    git = report.env.get("git")
+    return git.get("tree_hash") if isinstance(git, Mapping) else None
+
+
+def _check_same_origin(shards: Sequence[tuple[str, RunReport]]) -> None:
+    """Every shard ran the same code (git tree hash of the code under test) from the same plan
+    (its nonce): a stale shard of another commit or another CI run is an input error naming the
+    folder and what differed, never merged into a report it does not belong to."""
+    first_path, first = shards[0]
+    assert first.shard is not None
+    for path, report in shards[1:]:
+        assert report.shard is not None
+        if report.shard.nonce != first.shard.nonce:
+            raise InputError(
+                f"merge: {path}: plan nonce {report.shard.nonce or 'none'} differs from "
+                f"{first.shard.nonce or 'none'} of {first_path} (a shard of another plan or CI "
+                "run; merge the shards of one run)"
+            )
+        tree, want = _tree_hash(report), _tree_hash(first)
+        if tree != want:
+            raise InputError(
+                f"merge: {path}: git tree {tree or 'unknown'} of the code under test differs "
+                f"from {want or 'unknown'} of {first_path} (a shard of another commit; re-run "
+                "it on this one)"
+            )
 
 
 def _shard_cases(
@@ -185,7 +215,7 @@ def merge_reports(
             for path, r in ordered
             for e in r.infra_errors
         ),
-        shard=ShardInfo(None, first.count, first.digest, first.by, first.plan),
+        shard=ShardInfo(None, first.count, first.digest, first.by, first.plan, nonce=first.nonce),
         missing=tuple(missing),
         merged_from=tuple(
             MergedShard(index, r.run_id, path, r.runner, r.interrupted)

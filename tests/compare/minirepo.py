@@ -1,0 +1,72 @@
+"""A tiny scratch git repository for entry-point tests (bisect, merge, ``pytest --harness-base``):
+a one-function target that takes milliseconds, one case file, and a base commit. Tests add the
+commits they need with :func:`commit`; a comparison of two of them takes a few seconds (worker
+start-up), not the minutes a tinyav comparison takes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+TARGET = """\
+from harness import probe
+
+
+def work(n=2000):
+    with probe.stage("work"):
+        total = sum(range(n))
+    probe.note("total", total)
+"""
+
+CASE = """\
+id = "mini"
+kind = "loader"
+target = "minitarget:work"
+timeout_s = 60
+[[checks]]
+metric = "note.total"
+op = "=="
+threshold = 1999000
+"""
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def commit(repo: Path, message: str, files: dict[str, str]) -> str:
+    """Write ``files`` (path relative to the repository -> text) and commit them; the sha."""
+    for rel, text in files.items():
+        path = repo / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def make_mini(root: Path) -> Path:
+    """The repository (``mini/minitarget.py``, ``cases/mini.toml``), tagged ``base``."""
+    repo = root / "mini-repo"
+    repo.mkdir(parents=True)
+    git(repo, "init", "-q")
+    git(repo, "config", "user.email", "t@example.com")
+    git(repo, "config", "user.name", "t")
+    commit(repo, "base", {"mini/minitarget.py": TARGET, "cases/mini.toml": CASE})
+    git(repo, "tag", "base")
+    return repo
+
+
+def harness_cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """``python -m harness.cli ARGS`` in ``cwd``."""
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
