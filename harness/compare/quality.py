@@ -217,8 +217,8 @@ def _finding(ctx: _Context, output: str, metric: str) -> QualityFinding:
     except Unavailable as exc:
         return _on_checks(ctx, output, metric, kw, size=f"outputs differ ({exc})", why=None)
     settings = metric_settings(ctx.case, output, metric)
-    size, h_vs_b, where = _direct(metric, h_out[0], b_out[0], settings)
-    kw.update(head_vs_base=h_vs_b, worst_frame=where, frames=_frame_count(h_out[0]))
+    size, h_vs_b, where, n = _direct(metric, h_out[0], b_out[0], settings)
+    kw.update(head_vs_base=h_vs_b, worst_frame=where, frames=n)
     bad = _nonfinite(b_out, h_out)
     try:
         judged = _against_reference(ctx, output, metric, b_out, h_out, settings)
@@ -235,19 +235,13 @@ def _finding(ctx: _Context, output: str, metric: str) -> QualityFinding:
     return QualityFinding(output, metric, verdict, reason=f"{size}; {detail}", **kw)
 
 
-def _frame_count(out: Output) -> int:
-    if out.kind == "video" and out.array.ndim == 4:
-        return int(out.array.shape[0])
-    return 1
-
-
 def _direct(
     metric: str, head: Output, base: Output, settings: Mapping[str, Any]
-) -> tuple[str, float | None, int | None]:
+) -> tuple[str, float | None, int | None, int | None]:
     """The metric of head's output against base's at its worst frame: the reason's text,
-    the value and the frame."""
+    the value, the frame, and how many frames were compared."""
     if head.rate is not None and base.rate is not None and head.rate != base.rate:
-        return f"sample rates differ: base {base.rate} Hz, head {head.rate} Hz", None, None
+        return f"sample rates differ: base {base.rate} Hz, head {head.rate} Hz", None, None, None
     try:
         per = per_frame(
             metric,
@@ -257,7 +251,7 @@ def _direct(
             settings=settings,
         )
     except Unavailable as exc:
-        return f"head vs base: {exc}", None, None
+        return f"head vs base: {exc}", None, None, None
     value = aggregate(
         per, higher_is_better=bool(metrics.get(metric).higher_is_better), reduce="worst"
     )
@@ -265,7 +259,7 @@ def _direct(
     text = f"head vs base {metric} {fmt_number(value)}"
     if len(per) > 1:
         text += f" (worst frame {idx} of {len(per)})"
-    return text, value, idx if len(per) > 1 else None
+    return text, value, idx if len(per) > 1 else None, len(per)
 
 
 def _frames_of(out: Output) -> np.ndarray:
