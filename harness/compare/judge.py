@@ -34,8 +34,10 @@ def judge_case(
     profile_margins: Mapping[str, float] | None = None,
     alpha: float = 0.05,
     rounds: int = 0,
+    references: Path | None = None,
 ) -> CaseComparison:
-    """The comparison of one case; ``latency`` holds its (confirmed) stage verdicts."""
+    """The comparison of one case; ``latency`` holds its (confirmed) stage verdicts and
+    ``references`` is the store the runs' quality checks read."""
     ref = head or base
     assert ref is not None, "judge_case needs at least one side"
     failures = failure_matrix(
@@ -51,6 +53,8 @@ def judge_case(
         base_root=base_root,
         head_root=head_root,
         profile_margins=profile_margins,
+        references=references,
+        simulated=any(r.simulated for r in (base, head) if r is not None),
     )
     q_verdict = quality_verdict(quality)
     if failures.verdict == "no_change":

@@ -1,31 +1,63 @@
-"""Quality of one case, base vs head: each metric against the reference on both sides, and
-head's outputs against base's directly.
+"""Quality of one case, base vs head: every frame of every output, each side against the
+reference and head against base directly.
+
+Which runs: the final attempt of each measured run (:func:`harness.model.finals`) that
+recorded the output; failed runs included, since a NaN output fails its run and is exactly
+what must be seen. Which outputs: every ``video``, ``image``, ``audio`` and ``tensor``
+output, with each quality metric a check measured on it, or :data:`DEFAULT_METRIC` of its
+kind where none did (a ``file`` output, such as an MP4 encoded from the arrays, is not
+decoded). What is compared: whole outputs, every frame (not only the frames a check selects),
+audio with its sample rate (:mod:`harness.compare.outputs`).
 
 Verdict per output and metric:
 
-- ``no_change``: head's output is bit-identical to base's;
-- ``regression`` / ``improvement``: head vs reference is worse / better than base vs reference
-  by more than the metric's margin (:data:`DEFAULT_MARGINS`, overridden by the runner profile's
-  ``[compare.margins]`` and then by the check's ``compare_margin`` setting; the margin used and
-  where it came from are recorded). When base's own repeats vary, their spread is added;
-- ``changed``: the outputs differ, within the margin (the size is in ``head_vs_base``);
-- ``missing``: a side has no output or value to compare.
+- ``no_change``: head's outputs have base's content hashes (nothing is decoded);
+- ``regression``: head holds NaN/Inf where base is finite; or, on any frame, head against the
+  reference is worse than base against it by more than the metric's margin
+  (:data:`DEFAULT_MARGINS`, overridden by the runner profile's ``[compare.margins]`` and then
+  by the check's ``compare_margin`` setting; widened by base's own spread on that frame when
+  its repeats differ), even when both sides pass their absolute checks. The finding names
+  the frame and both values. Head's worst run is judged against base's median run;
+- ``improvement``: no frame worse, and some frame better by more than the margin, unless the
+  reference is *foreign*: a simulated platform judged against a reference blessed on another
+  platform (the ``any`` fallback blessed on the CPU, say). Moving towards such a reference is
+  ``changed``, and the finding says whose reference it is;
+- ``changed``: the outputs differ, within the margin (the size is in ``head_vs_base``, the
+  metric of head's output against base's, at its worst frame);
+- ``missing``: a side has no output to compare.
+
+Without the reference's files (no store, a re-blessed entry, a metric that cannot run) the
+sides are judged on their checks' values, over the checks' frames, and the reason says so.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from harness import metrics
-from harness.checks.quality import AUDIO_METRICS, COMPARE_MARGIN, QUALITY_METRICS
-from harness.fsio import read_array
-from harness.model import Attempt, Case, QualityFinding
+from harness.checks.quality import COMPARE_MARGIN, QUALITY_METRICS
+from harness.compare.outputs import (
+    COMPARED_KINDS,
+    DEFAULT_METRIC,
+    Output,
+    Unavailable,
+    checked_reference,
+    like_reference,
+    load_output,
+    metric_settings,
+    per_frame,
+    reference_array,
+    reference_entry,
+)
+from harness.metrics import aggregate
+from harness.model import Attempt, Case, QualityFinding, finals, fmt_number
+from harness.references.store import ReferenceEntry, ReferenceStore
 
 # Default margins per metric, in the metric's unit (PSNR/SNR in dB, SSIM and CLIP unitless,
 # MAE/max_abs in 0..255 pixel levels, audio MAD in PCM units, LSD in dB).
@@ -39,14 +71,6 @@ DEFAULT_MARGINS: dict[str, float] = {
     "audio_mad": 0.001,
     "audio_lsd": 0.05,
 }
-
-
-def _measured(attempts: Sequence[Attempt]) -> list[Attempt]:
-    finals: dict[tuple[int, int], Attempt] = {}
-    for a in attempts:
-        if not a.warmup and a.status != "budget_declined":
-            finals[(a.round, a.repeat)] = a
-    return [finals[k] for k in sorted(finals)]
 
 
 def _values(attempts: Sequence[Attempt], output: str, metric: str) -> list[float]:
@@ -71,32 +95,50 @@ def _margin(
     return DEFAULT_MARGINS.get(metric, 0.0), "default"
 
 
-def _load(root: Path, attempt: Attempt, output: str) -> np.ndarray | None:
-    info = attempt.outputs.get(output)
-    if not info or not info.get("path"):
-        return None
-    path = root / str(info["path"])
-    if path.suffix != ".safetensors" or not path.is_file():
-        return None
-    return np.asarray(read_array(path))
+@dataclass
+class _Side:
+    """One side's final attempts and the outputs read so far (by content hash)."""
+
+    name: str
+    finals: list[Attempt]
+    root: Path
+    loaded: dict[tuple[str, str], Output | Unavailable] = field(default_factory=dict)
+
+    def recorded(self, output: str) -> dict[str, Attempt]:
+        """The distinct contents of ``output`` (hash -> first attempt that recorded it)."""
+        out: dict[str, Attempt] = {}
+        for a in self.finals:
+            h = (a.outputs.get(output) or {}).get("hash")
+            if h:
+                out.setdefault(str(h), a)
+        return out
+
+    def outputs(self, output: str) -> list[Output]:
+        """Every distinct content of ``output``, decoded; :class:`Unavailable` if one is not."""
+        got = []
+        for h, a in self.recorded(output).items():
+            key = (output, h)
+            if key not in self.loaded:
+                try:
+                    self.loaded[key] = load_output(self.root, a, output)
+                except Unavailable as exc:
+                    self.loaded[key] = exc
+            o = self.loaded[key]
+            if isinstance(o, Unavailable):
+                raise Unavailable(f"{self.name} {o}")
+            got.append(o)
+        return got
 
 
-def _direct(metric: str, head: np.ndarray, base: np.ndarray) -> tuple[float | None, str | None]:
-    """The metric of head's output against base's: its worst frame, and where that is."""
-    if head.shape != base.shape and metric not in AUDIO_METRICS:
-        return None, f"shapes differ: base {list(base.shape)}, head {list(head.shape)}"
-    try:
-        m = metrics.get(metric)()
-        m.update(head, base)
-        r = m.compute()
-    except Exception as exc:  # e.g. NaN in audio; reported, never raised
-        return None, f"{metric}(head, base) could not be computed: {type(exc).__name__}: {exc}"
-    per = r.per_frame
-    if per and len(per) > 1 and r.value is not None:
-        vals = np.asarray(per)
-        idx = int(np.argmin(vals) if r.higher_is_better else np.argmax(vals))
-        return float(r.value), f"worst frame {idx} of {len(per)}"
-    return (float(r.value) if r.value is not None else None), None
+@dataclass(frozen=True)
+class _Context:
+    case: Case | None
+    base: _Side
+    head: _Side
+    store: ReferenceStore | None
+    margins: Mapping[str, float]
+    simulated: bool
+    platform: str
 
 
 def quality_findings(
@@ -107,59 +149,61 @@ def quality_findings(
     base_root: Path,
     head_root: Path,
     profile_margins: Mapping[str, float] | None = None,
+    references: Path | None = None,
+    simulated: bool = False,
 ) -> list[QualityFinding]:
-    """One finding per (output, quality metric) that either side's checks measured."""
-    bm, hm = _measured(base), _measured(head)
+    """One finding per (output, quality metric) that either side's checks measured, and one
+    per other compared output (:data:`DEFAULT_METRIC`). ``references`` is the store the
+    runs' checks read; ``simulated`` says the platform was simulated (its reference may then
+    be foreign, see the module doc)."""
+    bm, hm = finals(base), finals(head)
+    store = ReferenceStore(references) if references is not None and references.is_dir() else None
+    ctx = _Context(
+        case,
+        _Side("base", bm, base_root),
+        _Side("head", hm, head_root),
+        store,
+        profile_margins or {},
+        simulated,
+        next((a.platform for a in [*hm, *bm]), ""),
+    )
+    return [_finding(ctx, output, metric) for output, metric in _pairs(bm, hm)]
+
+
+def _pairs(bm: Sequence[Attempt], hm: Sequence[Attempt]) -> list[tuple[str, str]]:
     pairs: list[tuple[str, str]] = []
     for a in [*bm, *hm]:
         for c in a.checks:
             key = (str(c.output), c.metric)
             if c.metric in QUALITY_METRICS and c.output and key not in pairs:
                 pairs.append(key)
-    out = []
-    for output, metric in pairs:
-        out.append(
-            _finding(case, bm, hm, output, metric, base_root, head_root, profile_margins or {})
-        )
-    return out
+    measured = {o for o, _m in pairs}
+    for a in [*bm, *hm]:
+        for name, info in a.outputs.items():
+            kind = str(info.get("kind", "tensor"))
+            if name not in measured and kind in COMPARED_KINDS:
+                measured.add(name)
+                pairs.append((name, DEFAULT_METRIC[kind]))
+    return pairs
 
 
-def _finding(
-    case: Case | None,
-    bm: Sequence[Attempt],
-    hm: Sequence[Attempt],
-    output: str,
-    metric: str,
-    base_root: Path,
-    head_root: Path,
-    profile_margins: Mapping[str, float],
-) -> QualityFinding:
+def _finding(ctx: _Context, output: str, metric: str) -> QualityFinding:
     higher = bool(metrics.get(metric).higher_is_better)
-    margin, source = _margin(case, output, metric, profile_margins)
-    bvals, hvals = _values(bm, output, metric), _values(hm, output, metric)
-    b_ref = statistics.median(bvals) if bvals else None
-    h_ref = statistics.median(hvals) if hvals else None
-    bhash = {a.outputs.get(output, {}).get("hash") for a in bm} - {None}
-    hhash = {a.outputs.get(output, {}).get("hash") for a in hm} - {None}
-    base_identical = len(bhash) == 1
+    margin, source = _margin(ctx.case, output, metric, ctx.margins)
+    bvals = _values(ctx.base.finals, output, metric)
+    hvals = _values(ctx.head.finals, output, metric)
+    bhash, hhash = set(ctx.base.recorded(output)), set(ctx.head.recorded(output))
     identical = (bhash == hhash) if bhash and hhash else None
     spread = 0.0
-    finite = [v for v in bvals if math.isfinite(v)]
-    if not base_identical and len(finite) > 1:
+    finite = [v for v in bvals if np.isfinite(v)]
+    if len(bhash) > 1 and len(finite) > 1:
         spread = max(finite) - min(finite)
-    h_vs_b: float | None = None
-    where: str | None = None
-    if identical is False and bm and hm:
-        b_arr, h_arr = _load(base_root, bm[0], output), _load(head_root, hm[0], output)
-        if b_arr is not None and h_arr is not None:
-            h_vs_b, where = _direct(metric, h_arr, b_arr)
     kw: dict[str, Any] = {
         "higher_is_better": higher,
-        "base_vs_ref": b_ref,
-        "head_vs_ref": h_ref,
-        "head_vs_base": h_vs_b,
+        "base_vs_ref": statistics.median(bvals) if bvals else None,
+        "head_vs_ref": statistics.median(hvals) if hvals else None,
         "identical": identical,
-        "base_spread": spread if not base_identical else 0.0,
+        "base_spread": spread,
         "margin": margin + spread,
         "margin_source": source if not spread else f"{source} + base spread",
     }
@@ -168,32 +212,243 @@ def _finding(
         return QualityFinding(output, metric, "missing", reason=f"{side}: no '{output}'", **kw)
     if identical:
         return QualityFinding(output, metric, "no_change", **kw)
-    size = f"head vs base {metric} {h_vs_b:.6g}" if h_vs_b is not None else "outputs differ"
-    if where:
-        size += f" ({where})"
-    if b_ref is None or h_ref is None or not (math.isfinite(b_ref) or math.isfinite(h_ref)):
-        return QualityFinding(output, metric, "changed", reason=f"{size}; no reference value", **kw)
-    worse = _worse_by(b_ref, h_ref, higher)
-    total = margin + spread
-    if worse > total:
-        verdict, rel = "regression", "worse"
-    elif -worse > total:
-        verdict, rel = "improvement", "better"
-    else:
-        verdict, rel = "changed", "within"
-    reason = f"{size}; vs reference {b_ref:.6g} -> {h_ref:.6g} " + (
-        f"({rel} than the margin {total:.4g})" if rel != "within" else f"(within {total:.4g})"
+    try:
+        b_out, h_out = ctx.base.outputs(output), ctx.head.outputs(output)
+    except Unavailable as exc:
+        return _on_checks(ctx, output, metric, kw, size=f"outputs differ ({exc})", why=None)
+    settings = metric_settings(ctx.case, output, metric)
+    size, h_vs_b, where, n = _direct(metric, h_out[0], b_out[0], settings)
+    kw.update(head_vs_base=h_vs_b, worst_frame=where, frames=n)
+    bad = _nonfinite(b_out, h_out)
+    try:
+        judged = _against_reference(ctx, output, metric, b_out, h_out, settings)
+    except Unavailable as exc:
+        if bad:
+            return QualityFinding(output, metric, "regression", reason=f"{bad}; {size}", **kw)
+        return _on_checks(ctx, output, metric, kw, size=size, why=str(exc))
+    kw.update(judged.fields(margin, source))
+    if bad:
+        return QualityFinding(output, metric, "regression", reason=f"{bad}; {size}", **kw)
+    verdict, frame, detail = judged.verdict(margin, metric)
+    if frame is not None:
+        kw["worst_frame"] = frame
+    return QualityFinding(output, metric, verdict, reason=f"{size}; {detail}", **kw)
+
+
+def _direct(
+    metric: str, head: Output, base: Output, settings: Mapping[str, Any]
+) -> tuple[str, float | None, int | None, int | None]:
+    """The metric of head's output against base's at its worst frame: the reason's text,
+    the value, the frame, and how many frames were compared."""
+    if head.rate is not None and base.rate is not None and head.rate != base.rate:
+        return f"sample rates differ: base {base.rate} Hz, head {head.rate} Hz", None, None, None
+    try:
+        per = per_frame(
+            metric,
+            _frames_of(head),
+            _frames_of(base),
+            rate=head.rate or base.rate,
+            settings=settings,
+        )
+    except Unavailable as exc:
+        return f"head vs base: {exc}", None, None, None
+    value = aggregate(
+        per, higher_is_better=bool(metrics.get(metric).higher_is_better), reduce="worst"
     )
+    idx = _worst_index(per, bool(metrics.get(metric).higher_is_better))
+    text = f"head vs base {metric} {fmt_number(value)}"
+    if len(per) > 1:
+        text += f" (worst frame {idx} of {len(per)})"
+    return text, value, idx if len(per) > 1 else None, len(per)
+
+
+def _frames_of(out: Output) -> np.ndarray:
+    """What a metric reads of an output: a tensor as one flat frame, anything else as is."""
+    if out.kind == "tensor" and out.array.ndim not in (2, 3, 4):
+        return out.array.reshape(1, -1)
+    return out.array
+
+
+def _worst_index(per: np.ndarray, higher: bool) -> int:
+    nan = np.flatnonzero(np.isnan(per))
+    if nan.size:
+        return int(nan[0])
+    return int(np.argmin(per) if higher else np.argmax(per))
+
+
+def _nonfinite(b_out: Sequence[Output], h_out: Sequence[Output]) -> str | None:
+    """Why head is a regression by content alone: NaN/Inf where base has none."""
+    h = max(o.nonfinite for o in h_out)
+    if h and not any(o.nonfinite for o in b_out):
+        return f"head's output holds {h} NaN/Inf value(s), base's none"
+    return None
+
+
+@dataclass(frozen=True)
+class _Judged:
+    """Per frame, each side against the reference: base's median run, head's worst run."""
+
+    base: np.ndarray
+    head: np.ndarray
+    spread: np.ndarray
+    higher: bool
+    entry: ReferenceEntry
+    foreign: bool
+
+    def fields(self, margin: float, source: str) -> dict[str, Any]:
+        spread = float(self.spread.max()) if self.spread.size else 0.0
+        return {
+            "base_vs_ref": aggregate(self.base, higher_is_better=self.higher, reduce="worst"),
+            "head_vs_ref": aggregate(self.head, higher_is_better=self.higher, reduce="worst"),
+            "base_spread": spread,
+            "margin": margin + spread,
+            "margin_source": source if not spread else f"{source} + base spread",
+            "frames": int(self.base.size),
+            "reference": self.entry.key,
+            "reference_platform": self.entry.blessed_on,
+            "foreign_reference": self.foreign,
+        }
+
+    def verdict(self, margin: float, metric: str) -> tuple[str, int | None, str]:
+        """The verdict, the frame it rests on (when it rests on one) and why."""
+        worse = worse_by(self.base, self.head, self.higher)
+        allowed = margin + self.spread
+        n = self.base.size
+        # ties (every blacked-out frame infinitely worse than an exact base) go to the frame
+        # whose head value is worst
+        head_rank = -self.head if self.higher else self.head
+        head_rank = np.where(np.isnan(head_rank), np.inf, head_rank)
+        i = int(np.lexsort((head_rank, worse))[-1])
+        j = int(np.lexsort((-head_rank, worse))[0])
+
+        def at(k: int, rel: str) -> str:
+            frame = f"frame {k} of {n}: " if n > 1 else ""
+            return (
+                f"{frame}{metric} vs reference {fmt_number(self.base[k])} -> "
+                f"{fmt_number(self.head[k])} ({rel} the margin {fmt_number(allowed[k])})"
+            )
+
+        if worse[i] > allowed[i]:
+            return "regression", i, at(i, "worse than") + self._whose()
+        if -worse[j] > allowed[j]:
+            if self.foreign:
+                return (
+                    "changed",
+                    None,
+                    at(j, "closer than")
+                    + self._whose()
+                    + (
+                        ": a change towards a reference blessed on another platform is not an "
+                        "improvement"
+                    ),
+                )
+            return "improvement", j, at(j, "better than")
+        return "changed", None, at(i, "within") + self._whose()
+
+    def _whose(self) -> str:
+        if not self.foreign:
+            return ""
+        where = self.entry.blessed_on or "an unrecorded platform"
+        return f"; reference {self.entry.key} was blessed on {where}, not this simulated one"
+
+
+def _against_reference(
+    ctx: _Context,
+    output: str,
+    metric: str,
+    b_out: Sequence[Output],
+    h_out: Sequence[Output],
+    settings: Mapping[str, Any],
+) -> _Judged:
+    if ctx.store is None:
+        raise Unavailable("no reference store")
+    used = checked_reference([*ctx.base.finals, *ctx.head.finals], output)
+    if used is None:
+        raise Unavailable(f"no check recorded a reference for '{output}'")
+    entry = reference_entry(ctx.store, *used)
+    ref, rate = reference_array(ctx.store, entry, [*b_out, *h_out])
+
+    def side(outs: Sequence[Output]) -> np.ndarray:
+        return np.stack(
+            [
+                per_frame(metric, like_reference(o, entry), ref, rate=rate, settings=settings)
+                for o in outs
+            ]
+        )
+
+    b, h = side(b_out), side(h_out)
+    higher = bool(metrics.get(metric).higher_is_better)
+    foreign = ctx.simulated and ctx.platform not in (entry.platform_class, entry.blessed_on)
+    return _Judged(
+        base=np.median(b, axis=0),
+        head=(np.min(h, axis=0) if higher else np.max(h, axis=0)),  # NaN wins either way
+        spread=_finite_range(b),
+        higher=higher,
+        entry=entry,
+        foreign=foreign,
+    )
+
+
+def _finite_range(values: np.ndarray) -> np.ndarray:
+    """Per frame (column), the range of the finite values across runs (rows); 0 with fewer
+    than two."""
+    out = np.zeros(values.shape[1])
+    for k in range(values.shape[1]):
+        col = values[:, k][np.isfinite(values[:, k])]
+        if col.size > 1:
+            out[k] = float(col.max() - col.min())
+    return out
+
+
+def _on_checks(
+    ctx: _Context,
+    output: str,
+    metric: str,
+    kw: dict[str, Any],
+    *,
+    size: str,
+    why: str | None,
+) -> QualityFinding:
+    """The verdict from the checks' values (their frames only), when the reference's files
+    cannot be read."""
+    note = f"; vs reference on the checks' frames only ({why})" if why else ""
+    b_ref, h_ref = kw["base_vs_ref"], kw["head_vs_ref"]
+    if b_ref is None or h_ref is None:
+        return QualityFinding(
+            output, metric, "changed", reason=f"{size}; no reference value{note}", **kw
+        )
+    higher = bool(kw["higher_is_better"])
+    worse = float(worse_by(np.asarray([b_ref]), np.asarray([h_ref]), higher)[0])
+    total = float(kw["margin"])
+    if worse > total:
+        verdict, rel = "regression", f"worse than the margin {total:.4g}"
+    elif -worse > total and not ctx.simulated:
+        verdict, rel = "improvement", f"better than the margin {total:.4g}"
+    elif -worse > total:
+        # whose reference it is cannot be told without it: never an improvement
+        verdict, rel = "changed", "closer, but the platform is simulated"
+    else:
+        verdict, rel = "changed", f"within {total:.4g}"
+    reason = f"{size}; vs reference {fmt_number(b_ref)} -> {fmt_number(h_ref)} ({rel}){note}"
     return QualityFinding(output, metric, verdict, reason=reason, **kw)
 
 
-def _worse_by(base: float, head: float, higher_is_better: bool) -> float:
-    """How much worse head is than base (negative: better); inf-safe (identical to reference
-    gives an infinite PSNR, which is a finite-vs-infinite comparison)."""
-    if base == head:
-        return 0.0
-    d = (base - head) if higher_is_better else (head - base)
-    return float(d) if math.isfinite(d) else (math.inf if d > 0 else -math.inf)
+def worse_by(base: np.ndarray, head: np.ndarray, higher_is_better: bool) -> np.ndarray:
+    """How much worse head is than base, element-wise (negative: better).
+
+    Equal values (an identical frame's infinite PSNR on both sides included) are 0. NaN on
+    head where base is a number is infinitely worse, NaN on base where head is a number
+    infinitely better, NaN on both 0: a NaN is never an improvement. A finite value against
+    an infinite one is infinitely worse or better.
+    """
+    b = np.asarray(base, dtype=np.float64)
+    h = np.asarray(head, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        d = (b - h) if higher_is_better else (h - b)
+    d = np.where(b == h, 0.0, d)
+    d = np.where(np.isnan(h) & ~np.isnan(b), np.inf, d)
+    d = np.where(np.isnan(b) & ~np.isnan(h), -np.inf, d)
+    return np.where(np.isnan(b) & np.isnan(h), 0.0, d)
 
 
 def quality_verdict(findings: Sequence[QualityFinding]) -> str:

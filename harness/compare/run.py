@@ -290,6 +290,7 @@ def run_live(
                 base_root=out_dir / "base",
                 head_root=out_dir / "head",
                 profile_margins=request.quality_margins,
+                references=request.references_root,
                 alpha=latency.alpha,
                 rounds=len({a.round for a in h.attempts if not a.warmup}),
             )

@@ -76,6 +76,7 @@ def compare_reports(
             base_root=roots["base"],
             head_root=roots["head"],
             profile_margins=request.quality_margins,
+            references=request.references_root,
             alpha=latency.alpha,
             rounds=len(h.attempts) if h else 0,
         )

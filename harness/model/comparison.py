@@ -112,6 +112,14 @@ class QualityFinding:
     margin: float | None = None
     margin_source: str = "default"
     reason: str | None = None
+    # Every frame of the output was compared (clips for audio, one for an image or tensor):
+    frames: int | None = None  # how many
+    worst_frame: int | None = None  # where head lost most against base (else differs most)
+    reference: str | None = None  # the entry the sides were compared with, ref/class/output
+    reference_platform: str | None = None  # the platform that entry was blessed on
+    # A simulated platform judged against a reference blessed on another platform: a change
+    # towards it is never an improvement.
+    foreign_reference: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return json_safe(dict(self.__dict__))

@@ -125,11 +125,24 @@ class ReferenceEntry:
     fps: float | None = None
     sample_rate: int | None = None
     source_hash: str = ""  # the run's content hash of the output (probe's blake3/sha256)
+    platform: str | None = None  # the platform of the result it was blessed from
 
     @property
     def key(self) -> str:
         """``<reference id>/<platform class>/<output>``, for messages."""
         return f"{self.reference_id}/{self.platform_class}/{self.output}"
+
+    @property
+    def blessed_on(self) -> str | None:
+        """The platform the pinned output was computed on: recorded by bless; for an entry
+        from before that, ``cpu`` when its environment had no device, else unknown (None).
+        An ``any`` entry is some real platform's output, never every platform's."""
+        if self.platform:
+            return self.platform
+        env = self.environment
+        if env.get("device_count") == 0 and not env.get("devices"):
+            return "cpu"
+        return None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -143,6 +156,7 @@ class ReferenceEntry:
             "fps": self.fps,
             "sample_rate": self.sample_rate,
             "source_hash": self.source_hash,
+            "platform": self.platform,
             "files": [f.to_json() for f in self.files],
             "environment": dict(self.environment),
             "harness_version": self.harness_version,
@@ -168,6 +182,7 @@ class ReferenceEntry:
             fps=d.get("fps"),
             sample_rate=d.get("sample_rate"),
             source_hash=str(d.get("source_hash", "")),
+            platform=d.get("platform"),
         )
 
 

@@ -110,6 +110,7 @@ def write_entry(
         fps=float(fps) if isinstance(fps, int | float) else None,
         sample_rate=int(rate) if isinstance(rate, int) else None,
         source_hash=str(p.info.get("hash", "")),
+        platform=result.platform,
     )
 
 
