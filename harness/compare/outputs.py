@@ -129,6 +129,8 @@ def per_frame(
         r = m.compute()
     except Exception as exc:  # a metric that cannot run is reported, never raised
         raise Unavailable(f"{metric} could not be computed: {type(exc).__name__}: {exc}") from exc
+    if r.status != "ok" or r.value is None:
+        raise Unavailable(f"{metric} not run: {r.skipped_reason or 'no value'}")
     values = r.per_frame if r.per_frame is not None else (r.value,)
     return np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
 

@@ -56,6 +56,7 @@ from harness.compare.outputs import (
     reference_entry,
 )
 from harness.metrics import aggregate
+from harness.metrics.audio import shared_alignment
 from harness.model import Attempt, Case, QualityFinding, finals, fmt_number
 from harness.references.store import ReferenceEntry, ReferenceStore
 
@@ -167,7 +168,8 @@ def quality_findings(
         simulated,
         next((a.platform for a in [*hm, *bm]), ""),
     )
-    return [_finding(ctx, output, metric) for output, metric in _pairs(bm, hm)]
+    with shared_alignment():  # the audio metrics of one pair of clips correlate them once
+        return [_finding(ctx, output, metric) for output, metric in _pairs(bm, hm)]
 
 
 def _pairs(bm: Sequence[Attempt], hm: Sequence[Attempt]) -> list[tuple[str, str]]:
@@ -318,8 +320,8 @@ class _Judged:
         # whose head value is worst
         head_rank = -self.head if self.higher else self.head
         head_rank = np.where(np.isnan(head_rank), np.inf, head_rank)
-        i = int(np.lexsort((head_rank, worse))[-1])
-        j = int(np.lexsort((-head_rank, worse))[0])
+        order = np.lexsort((head_rank, worse))
+        i, j = int(order[-1]), int(order[0])  # the most worse, the most better
 
         def at(k: int, rel: str) -> str:
             frame = f"frame {k} of {n}: " if n > 1 else ""
@@ -328,21 +330,16 @@ class _Judged:
                 f"{fmt_number(self.head[k])} ({rel} the margin {fmt_number(allowed[k])})"
             )
 
+        def frame(k: int) -> int | None:
+            return k if n > 1 else None  # a clip or an image has no frame to name
+
         if worse[i] > allowed[i]:
-            return "regression", i, at(i, "worse than") + self._whose()
+            return "regression", frame(i), at(i, "worse than") + self._whose()
         if -worse[j] > allowed[j]:
             if self.foreign:
-                return (
-                    "changed",
-                    None,
-                    at(j, "closer than")
-                    + self._whose()
-                    + (
-                        ": a change towards a reference blessed on another platform is not an "
-                        "improvement"
-                    ),
-                )
-            return "improvement", j, at(j, "better than")
+                why = ": a change towards another platform's reference is not an improvement"
+                return "changed", None, at(j, "closer than") + self._whose() + why
+            return "improvement", frame(j), at(j, "better than")
         return "changed", None, at(i, "within") + self._whose()
 
     def _whose(self) -> str:

@@ -130,6 +130,42 @@ def test_middle_frames_blacked_out_are_a_regression_naming_the_worst_frame(
     assert quality_verdict(list(f.values())) == "regression"
 
 
+def test_swapping_base_and_head_turns_the_blackout_into_an_improvement(
+    tmp_path: Path, store: Path
+) -> None:
+    video, _audio = clip()
+    dark = video.copy()
+    dark[2] = 0
+    checks = [check("psnr", "video", float("inf"))]
+    f = findings(
+        tmp_path,
+        {"video": dark},
+        {"video": video},
+        {"base": checks, "head": checks},
+        references=store,
+    )[("video", "psnr")]
+    assert (f.verdict, f.worst_frame, f.foreign_reference) == ("improvement", 2, False)
+
+
+def test_a_reference_re_blessed_since_the_runs_is_not_read(tmp_path: Path, store: Path) -> None:
+    video, _audio = clip()
+    dark = video.copy()
+    dark[2] = 0
+    old = CheckResult(
+        "psnr(video)", "psnr", float("inf"), ">=", 0.0, "fail", True, "video",
+        settings={"reference": "clip/any/video", "reference_blessed": "2020-01-01T00:00:00"},
+    )  # fmt: skip
+    f = findings(
+        tmp_path,
+        {"video": video},
+        {"video": dark},
+        {"base": [old], "head": [old]},
+        references=store,
+    )[("video", "psnr")]
+    assert f.verdict == "changed" and f.reference is None
+    assert "re-blessed" in (f.reason or "") and "checks' frames only" in (f.reason or "")
+
+
 def test_audio_head_vs_base_is_measured_with_the_recorded_sample_rate(
     tmp_path: Path, store: Path
 ) -> None:
@@ -143,7 +179,7 @@ def test_audio_head_vs_base_is_measured_with_the_recorded_sample_rate(
         references=store,
     )[("audio", "audio_snr")]
     assert f.head_vs_base is not None and 30 < f.head_vs_base < 40, f.reason
-    assert f.verdict == "regression" and f.frames == 1
+    assert f.verdict == "regression" and f.frames == 1 and f.worst_frame is None
 
 
 def test_nan_in_head_is_a_regression_never_an_improvement(tmp_path: Path, store: Path) -> None:
