@@ -147,7 +147,7 @@ def _check_case(args: argparse.Namespace, default_platform: str) -> None:
     paths = list(args.paths) or [Path("cases")]
     suite = load_suite(paths)
     items = build_plan(suite.cases, list(args.platforms or [default_platform]))
-    if any(args.case in (i.case.id, i.name) for i in items):
+    if any(args.case == c.id for c in suite.cases) or any(args.case == i.name for i in items):
         return
     where = ", ".join(str(p) for p in paths)
     known = sorted({c.id for c in suite.cases})
