@@ -90,6 +90,8 @@ def measure(work: Callable[[], None]) -> dict[str, float]:
         "wait": wait,
         "judged": wall - wait,
         "cpu": rec.stage_cpu["work"],
+        # One thread: wall less delay should equal its CPU time (paired, per run).
+        "judged-cpu": wall - wait - rec.stage_cpu["work"],
         "sum_judged": wall - min(sum(delays.values()), wall),
         "caller_judged": wall - min(delays.get(me, 0.0), wall),
     }
@@ -118,11 +120,11 @@ def table(name: str, work: Callable[[], None], runs: int, n_hogs: int, extra: bo
         with hogs(load):
             rows = [measure(work) for _ in range(runs)]
         keys = ["wall", "wait", "judged", "cpu"]
-        keys += ["sum_judged", "caller_judged"] if extra else []
+        keys += ["sum_judged", "caller_judged"] if extra else ["judged-cpu"]
         cells = []
         for k in keys:
             vals = sorted(r[k] for r in rows)
-            cells.append(f"{k} {statistics.median(vals):.3f} [{vals[0]:.3f}-{vals[-1]:.3f}]")
+            cells.append(f"{k} {statistics.median(vals):.4f} [{vals[0]:.4f} {vals[-1]:.4f}]")
         print(f"{name:14s} {label:16s} " + "  ".join(cells))
 
 

@@ -59,6 +59,11 @@ class HarnessSimulatedWarning(pytest.PytestWarning):
     """A case ran on a simulated platform: its pass is not a pass on that platform."""
 
 
+class HarnessContentionWarning(pytest.PytestWarning):
+    """A latency budget was met only once run-queue delay (other processes' load) was taken
+    out of wall time: labelled contention with its figures, not failed, not a silent pass."""
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("harness", "harness case suite")
     group.addoption(
@@ -250,6 +255,11 @@ class CaseItem(pytest.Item):
                 stacklevel=1,
             )
         for check in result.checks:
+            if check.contention:
+                self.user_properties.append((f"contention.{check.name}", check.reason or ""))
+                warnings.warn(
+                    HarnessContentionWarning(f"{self.name}: {check.reason}"), stacklevel=1
+                )
             if check.passed is None:
                 warnings.warn(
                     HarnessCheckNotRunWarning(
