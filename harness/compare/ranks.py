@@ -53,6 +53,13 @@ def _samples(name: str, values: Sequence[float]) -> FloatArray:
     return arr
 
 
+def sorted_median(values: FloatArray) -> float:
+    """The median of an already sorted array (``np.median`` without its overhead, which the
+    sequential rule would pay thousands of times)."""
+    n = values.size
+    return float(values[n // 2]) if n % 2 else float(values[n // 2 - 1] + values[n // 2]) / 2.0
+
+
 def _significant(p: float, alpha: float) -> bool:
     return p <= alpha * (1.0 + _REL_TOL)
 
@@ -147,7 +154,7 @@ def _hl_log(
     base_log: FloatArray, head_log: FloatArray, confidence: float
 ) -> tuple[float, float, float]:
     diffs = np.sort(np.subtract.outer(head_log, base_log).ravel())
-    shift = float(np.median(diffs))
+    shift = sorted_median(diffs)
     k = _critical_k(base_log.size, head_log.size, confidence)
     if k == 0:
         return shift, -math.inf, math.inf
@@ -205,11 +212,12 @@ def _p_greater_tied(x: FloatArray, y: FloatArray) -> float:
 def _p_greater(x: FloatArray, y: FloatArray) -> float:
     """P under the null that U(x over y) is at least its observed value."""
     m, n = x.size, y.size
-    tied = np.unique(np.concatenate([x, y])).size < m + n
+    pooled = np.sort(np.concatenate([x, y]))
+    tied = bool((pooled[1:] == pooled[:-1]).any())
     if not tied and m * n <= EXACT_U_LIMIT:
         # P(U >= u) = P(U <= mn - u) by symmetry: the same table and the same tolerance as the
         # interval, so "lower bound above 1" and "p <= alpha" are one statement.
-        u = int(np.count_nonzero(np.subtract.outer(x, y) > 0))
+        u = int((np.subtract.outer(x, y) > 0).sum())
         return float(_u_cdf(m, n)[m * n - u])
     if tied and math.comb(m + n, m) <= EXACT_TIES_LIMIT:
         return _p_greater_tied(x, y)

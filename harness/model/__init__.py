@@ -7,6 +7,18 @@ the JSON Schema in ``harness/report/schemas/report.schema.json`` describes the s
 from __future__ import annotations
 
 from harness.model.case import Case, CheckSpec, case_from_json, case_to_json
+from harness.model.comparison import (
+    COMPARISON_SCHEMA_VERSION,
+    CaseComparison,
+    Comparison,
+    Divergence,
+    EnvDiff,
+    FailureMatrix,
+    QualityFinding,
+    SideInfo,
+    StageLatency,
+    worst_verdict,
+)
 from harness.model.counting import (
     NOT_RUN,
     Run,
@@ -19,18 +31,6 @@ from harness.model.counting import (
     ran,
     runs,
     warmup_runs,
-)
-from harness.model.comparison import (
-    COMPARISON_SCHEMA_VERSION,
-    CaseComparison,
-    Comparison,
-    Divergence,
-    EnvDiff,
-    FailureMatrix,
-    QualityFinding,
-    SideInfo,
-    StageLatency,
-    worst_verdict,
 )
 from harness.model.records import (
     SCHEMA_VERSION,
@@ -127,10 +127,10 @@ __all__ = [
     "failed_tries",
     "failure_signature",
     "finals",
-    "judged_seconds",
     "fmt_number",
     "json_number",
     "json_safe",
+    "judged_seconds",
     "number_from_json",
     "passing_finals",
     "ran",
