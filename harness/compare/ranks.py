@@ -11,7 +11,7 @@ ties), so the interval and the test never tell different stories.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from itertools import combinations
 from typing import Literal, NamedTuple
@@ -154,11 +154,34 @@ def _hl_log(
     base_log: FloatArray, head_log: FloatArray, confidence: float
 ) -> tuple[float, float, float]:
     diffs = np.sort(np.subtract.outer(head_log, base_log).ravel())
+    return _hl_sorted(diffs, base_log.size, head_log.size, confidence)
+
+
+def _hl_sorted(diffs: FloatArray, m: int, n: int, confidence: float) -> tuple[float, float, float]:
+    """The shift and interval of :func:`_hl_log` from the sorted pairwise differences."""
     shift = sorted_median(diffs)
-    k = _critical_k(base_log.size, head_log.size, confidence)
+    k = _critical_k(m, n, confidence)
     if k == 0:
         return shift, -math.inf, math.inf
     return shift, float(diffs[k - 1]), float(diffs[diffs.size - k])
+
+
+def _p_beyond(
+    diffs: FloatArray, m: int, n: int, bound: float, tied: bool, exact: Callable[[], float]
+) -> float:
+    """P under the null that ``#(diffs > bound)`` is at least its observed value, for the
+    ``n * m`` differences ``log head_j - log base_i``: the U of head shifted down by ``bound``
+    over base. Read from the table without ties; ``exact()`` (:func:`_p_greater` on the
+    shifted samples) where a tie makes the table inexact."""
+    if tied or m * n > EXACT_U_LIMIT or bool((diffs == bound).any()):
+        return exact()
+    u = int((diffs > bound).sum())
+    return float(_u_cdf(m, n)[m * n - u])
+
+
+def _has_ties(values: FloatArray) -> bool:
+    s = np.sort(values)
+    return bool((s[1:] == s[:-1]).any())
 
 
 def _check_confidence(confidence: float) -> None:

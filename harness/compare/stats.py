@@ -37,7 +37,10 @@ from harness.compare.ranks import (
     Alternative,
     FloatArray,
     ShiftEstimate,
+    _has_ties,
     _hl_log,
+    _hl_sorted,
+    _p_beyond,
     _p_greater,
     _samples,
     _significant,
@@ -196,10 +199,16 @@ def decide_latency(
     margin = margin_for(delta, noise, cap=cap)
     b = _samples("base", base)
     h = _samples("head", head)
-    shift, lo, hi = _hl_log(np.log(b), np.log(h), 1.0 - 2.0 * alpha)
+    # one table of pairwise log differences serves the shift, its interval and all four tests
+    diffs = np.sort(np.subtract.outer(np.log(h), np.log(b)).ravel())
+    m, n = int(b.size), int(h.size)
+    shift, lo, hi = _hl_sorted(diffs, m, n, 1.0 - 2.0 * alpha)
     bound = math.log1p(margin)
-    p_above = _p_greater(h / (1.0 + margin), b)
-    p_below = _p_greater(b, h * (1.0 + margin))
+    within = _has_ties(b) or _has_ties(h)
+    p_above = _p_beyond(diffs, m, n, bound, within, lambda: _p_greater(h / (1.0 + margin), b))
+    p_below = _p_beyond(-diffs, m, n, bound, within, lambda: _p_greater(b, h * (1.0 + margin)))
+    p_reg = _p_beyond(diffs, m, n, 0.0, within, lambda: _p_greater(h, b))
+    p_imp = _p_beyond(-diffs, m, n, 0.0, within, lambda: _p_greater(b, h))
     inside = bool(lo >= -bound and hi <= bound)
     verdict = classify(
         regression=_significant(p_above, lvl), improvement=_significant(p_below, lvl), inside=inside
@@ -209,8 +218,8 @@ def decide_latency(
         ratio=math.exp(shift),
         ci_low=math.exp(lo),
         ci_high=math.exp(hi),
-        p_regression=_p_greater(h, b),
-        p_improvement=_p_greater(b, h),
+        p_regression=p_reg,
+        p_improvement=p_imp,
         n_base=int(b.size),
         n_head=int(h.size),
         margin=margin,
