@@ -17,8 +17,8 @@ The runner is uncalibrated (margin = delta = 5 %), as every runner is until ``--
 on it; ``--calibrated`` first calibrates it with a 7-round A/A run of the same simulation
 through :func:`harness.compare.noise.calibrate`.
 
-    python bench/bench_decision_rule.py            # 1500 no-change / 500 power comparisons
-    python bench/bench_decision_rule.py --quick    # 300 / 150: about 20 s
+    python bench/bench_decision_rule.py            # 1000 no-change / 400 power comparisons
+    python bench/bench_decision_rule.py --quick    # 300 / 150, a third of the time
 """
 
 from __future__ import annotations
@@ -178,8 +178,8 @@ def _pct(k: int, n: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trials", type=int, default=1500, help="no-change comparisons per cell")
-    parser.add_argument("--power-trials", type=int, default=500, help="per power cell (500)")
+    parser.add_argument("--trials", type=int, default=1000, help="per no-change cell (1000)")
+    parser.add_argument("--power-trials", type=int, default=400, help="per power cell (400)")
     parser.add_argument("--quick", action="store_true", help="300 / 150 comparisons per cell")
     parser.add_argument("--calibrated", action="store_true", help="calibrate each runner (A/A)")
     parser.add_argument("--seed", type=int, default=18)

@@ -167,15 +167,26 @@ def _hl_sorted(diffs: FloatArray, m: int, n: int, confidence: float) -> tuple[fl
 
 
 def _p_beyond(
-    diffs: FloatArray, m: int, n: int, bound: float, tied: bool, exact: Callable[[], float]
+    diffs: FloatArray,
+    m: int,
+    n: int,
+    bound: float,
+    tied: bool,
+    exact: Callable[[], float],
+    *,
+    below: bool = False,
 ) -> float:
-    """P under the null that ``#(diffs > bound)`` is at least its observed value, for the
-    ``n * m`` differences ``log head_j - log base_i``: the U of head shifted down by ``bound``
-    over base. Read from the table without ties; ``exact()`` (:func:`_p_greater` on the
-    shifted samples) where a tie makes the table inexact."""
-    if tied or m * n > EXACT_U_LIMIT or bool((diffs == bound).any()):
+    """P under the null that ``#(diffs > bound)`` (``below``: ``#(diffs < -bound)``) is at
+    least its observed value, for the sorted ``n * m`` differences ``log head_j - log base_i``:
+    the U of head shifted down by ``bound`` over base (or of base over head shifted up). Read
+    from the table without ties; ``exact()`` (:func:`_p_greater` on the shifted samples)
+    where a tie makes the table inexact."""
+    at = -bound if below else bound
+    lo = int(np.searchsorted(diffs, at, side="left"))
+    hi = int(np.searchsorted(diffs, at, side="right"))
+    if tied or lo != hi or m * n > EXACT_U_LIMIT:
         return exact()
-    u = int((diffs > bound).sum())
+    u = lo if below else diffs.size - hi
     return float(_u_cdf(m, n)[m * n - u])
 
 

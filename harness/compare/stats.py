@@ -206,9 +206,11 @@ def decide_latency(
     bound = math.log1p(margin)
     within = _has_ties(b) or _has_ties(h)
     p_above = _p_beyond(diffs, m, n, bound, within, lambda: _p_greater(h / (1.0 + margin), b))
-    p_below = _p_beyond(-diffs, m, n, bound, within, lambda: _p_greater(b, h * (1.0 + margin)))
+    p_below = _p_beyond(
+        diffs, m, n, bound, within, lambda: _p_greater(b, h * (1.0 + margin)), below=True
+    )
     p_reg = _p_beyond(diffs, m, n, 0.0, within, lambda: _p_greater(h, b))
-    p_imp = _p_beyond(-diffs, m, n, 0.0, within, lambda: _p_greater(b, h))
+    p_imp = _p_beyond(diffs, m, n, 0.0, within, lambda: _p_greater(b, h), below=True)
     inside = bool(lo >= -bound and hi <= bound)
     verdict = classify(
         regression=_significant(p_above, lvl), improvement=_significant(p_below, lvl), inside=inside

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import cast
 
+import numpy as np
 import pytest
 from simpaired import ITEM, SimulatedPairedRunner
 
@@ -257,3 +258,21 @@ def test_noise_is_never_read_from_heads_tree(
     assert noise_dir_for(outside, repo=repo, base=base, head=head) == outside
     with pytest.raises(UsageError, match=r"--noise-dir .*head's checkout"):
         noise_dir_for(head / "runners" / "noise", repo=repo, base=base, head=head)
+
+
+def test_the_tests_read_from_one_table_match_the_exact_test_on_shifted_samples() -> None:
+    # decide_latency reads all four p-values off one sorted table of log differences; they
+    # must equal the exact Mann-Whitney test run on the shifted samples, ties included.
+    from harness.compare.ranks import _p_greater
+
+    rng = np.random.default_rng(18)
+    for _ in range(300):
+        m, n = (int(v) for v in rng.integers(2, 8, 2))
+        b, h = rng.lognormal(0, 0.05, m), rng.lognormal(0.05, 0.05, n)
+        if rng.random() < 0.3:
+            h[0] = b[0]
+        d = decide_latency(list(b), list(h))
+        assert d.p_regression == pytest.approx(_p_greater(h, b), abs=1e-12)
+        assert d.p_improvement == pytest.approx(_p_greater(b, h), abs=1e-12)
+        assert d.p_above_margin == pytest.approx(_p_greater(h / 1.05, b), abs=1e-12)
+        assert d.p_below_margin == pytest.approx(_p_greater(b, h * 1.05), abs=1e-12)
