@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"no change ({args.trials} comparisons per cell); stages judged + total")
     print(
         f"{'stages':>6} {'noise':>5} | {'confirmed':>9} {'suspect':>7} {'no_chg':>6} "
-        f"{'inconcl':>7} | {'rounds':>6}"
+        f"{'inconcl':>7} {'impr':>6} | {'rounds':>6}"
     )
     for stages in (1, 5, 14):
         for sigma in (0.03, 0.05, 0.08):
@@ -208,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{stages:>6} {sigma:>5.0%} | {_pct(k.get('regression', 0), n):>9} "
                 f"{_pct(k.get('suspect', 0), n):>7} {_pct(k.get('no_change', 0), n):>6} "
-                f"{_pct(k.get('inconclusive', 0), n):>7} | {c['rounds']:>6.2f}",
+                f"{_pct(k.get('inconclusive', 0), n):>7} {_pct(k.get('improvement', 0), n):>6} | "
+                f"{c['rounds']:>6.2f}",
                 flush=True,
             )
     print()

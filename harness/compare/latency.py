@@ -25,6 +25,7 @@ The rule (DESIGN.md "Deciding a latency difference"), per batch of rounds:
   of their levels; each batch therefore runs at ``sqrt(alpha)`` (0.224 for ``alpha = 0.05``),
   and a lone batch (``--no-confirm``, saved runs) at ``alpha``
   (:attr:`LatencySettings.batch_alpha`).
+- Improvements block nothing and are not confirmed, so their family is held at ``alpha``.
 - no_change needs every judged stage's two-sided ``1 - 2 * alpha`` interval inside the margin.
 """
 
@@ -144,16 +145,14 @@ def decide_stages(
         for s, bs, hs in common
     }
     family = [s for s, bs, hs in common if judged[s] and len(bs) >= 2 and len(hs) >= 2]
-    if rounds is None:
-        level = settings.batch_alpha
-    else:
-        level = family_level(
-            settings.looks,
-            _look_index(settings.looks, len(rounds)),
-            settings.batch_alpha,
-            len(family),
-            rho=settings.spending_rho,
-        )
+
+    def spent(alpha: float) -> float:
+        if rounds is None:
+            return alpha
+        look = _look_index(settings.looks, len(rounds))
+        return family_level(settings.looks, look, alpha, len(family), rho=settings.spending_rho)
+
+    level = spent(settings.batch_alpha)
     decisions = {
         s: decide_latency(
             bs,
@@ -172,7 +171,8 @@ def decide_stages(
     if not first or len(first) == len(family):
         weights = {s: 1.0 for s in family}
     slower = holm({s: decisions[s].p_above_margin for s in family}, level, weights)
-    faster = holm({s: decisions[s].p_below_margin for s in family}, level)
+    # an improvement is never confirmed by a second batch: its family is held at alpha itself
+    faster = holm({s: decisions[s].p_below_margin for s in family}, spent(settings.alpha))
     out = []
     for stage, bs, hs in common:
         bmed, hmed = statistics.median(bs), statistics.median(hs)
@@ -205,7 +205,15 @@ def decide_stages(
             lo, hi = one_sided_bounds(bs, hs, tested)
             bound = f"{(lo if verdict == 'regression' else hi) - 1:+.1%}"
         reason = (
-            _explain(verdict, d, tested, len(family), level, bound) + calibration
+            _explain(
+                verdict,
+                d,
+                tested,
+                len(family),
+                spent(settings.alpha) if verdict == "improvement" else level,
+                bound,
+            )
+            + calibration
             if judged[stage]
             else (
                 f"not judged: medians {bmed * 1e3:.3g} / {hmed * 1e3:.3g} ms are below "
