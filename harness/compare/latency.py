@@ -20,7 +20,8 @@ The rule (DESIGN.md "Deciding a latency difference"), per batch of rounds:
 - **Spent over the looks.** A batch looks at 3, 5 and 7 rounds; each look gets its share of
   the batch's level (:func:`~harness.compare.stats.family_level`).
 - **Two batches.** A case is a confirmed regression only when its detection batch and a fresh
-  confirmation batch each find one (any stage of it: :func:`confirm`). The batches are
+  confirmation batch each find one (any stage of it: :func:`confirm`; the fresh batch
+  re-judges every stage, those the detection batch flagged carrying half its level). The batches are
   independent, so a case with no regression is confirmed with probability at most the product
   of their levels; each batch therefore runs at ``sqrt(alpha)`` (0.224 for ``alpha = 0.05``),
   and a lone batch (``--no-confirm``, saved runs) at ``alpha``

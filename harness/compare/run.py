@@ -173,6 +173,9 @@ def finish_comparison(
         settings={
             "delta": lat.delta,
             "alpha": lat.alpha,
+            "batch_alpha": lat.batch_alpha,
+            "max_margin": lat.max_margin,
+            "noise_max_age_days": request.noise_max_age_days,
             "looks": list(lat.looks),
             "confirm": lat.confirm,
             "min_stage_s": lat.min_stage_s,
