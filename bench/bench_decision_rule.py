@@ -1,201 +1,238 @@
-"""Benchmark: false alarms, power and rounds of the latency decision rule, by simulation.
+"""Benchmark: false alarms, power and rounds of the latency rule, measured on the product's code.
 
-Simulates one stage's latency on one runner: log-normal noise (sigma 2 % and 8 %), one-sided
-hiccups (each run has a 5 % chance of being 30-100 % slower), and a slow linear drift of the
-runner (each trial draws a slope uniformly in +-DRIFT per run, e.g. warming up or throttling).
-Each trial first calibrates the noise from an A/A run (7 rounds, same revision both sides),
-then runs the rule of DESIGN.md "Deciding a latency difference" through
-``harness.compare.sequential.compare_sequentially``: rounds in A B B A order, looks at 3, 5
-and 7 rounds, margin = max(5 %, 2 x noise), alpha = 0.05, and a fresh batch to confirm a
-regression (``suspect`` when it does not). True effects: none, +5 %, +10 %, +20 %.
+Each simulated comparison is one case run through :class:`harness.compare.session.Session`,
+the code ``harness compare`` runs: :func:`~harness.compare.sequential.plan_rounds` buys rounds,
+:func:`~harness.compare.latency.decide_stages` judges every stage (Holm over the case's judged
+stages and ``total``, alpha spent over looks at 3, 5, 7 rounds), a detected regression gets a
+fresh batch and :func:`~harness.compare.latency.confirm` re-judges it. Only the worker is
+simulated: a stand-in for :class:`~harness.execution.paired.PairedRunner` yields
+:class:`~harness.model.Attempt` records whose stage times are
 
-For contrast, two baselines on the same simulated runner:
+- log-normal around 0.1 s per stage with the given sigma (independently per stage and run),
+- with a slow linear drift of the runner (each comparison draws a slope in +-0.5 % per run),
+- and hiccups: 5 % of runs have one stage (chosen at random) 30-100 % slower;
 
-- a fixed 5 % threshold on the mean: 5 interleaved rounds, flag if mean(head) / mean(base) >
-  1.05;
-- blocked order: 7 runs of base, then 7 of head, judged once by the same decision (same
-  calibrated margin) and by the one-sided test alone (p <= 0.05, no margin), each next to the
-  same judgement of 7 interleaved rounds.
+``total`` is the sum of the stages plus 10 ms. Rounds alternate A B B A as on a real runner.
+The runner is uncalibrated (margin = delta = 5 %), as every runner is until ``--aa`` has run
+on it; ``--calibrated`` first calibrates it with a 7-round A/A run of the same simulation
+through :func:`harness.compare.noise.calibrate`.
 
-    python bench/bench_decision_rule.py                 # 1500 trials per cell, about a minute
-    python bench/bench_decision_rule.py --trials 500 --hiccup 0.025 --looks 3,5,7,9
+    python bench/bench_decision_rule.py            # 1000 no-change / 400 power comparisons
+    python bench/bench_decision_rule.py --quick    # 300 / 150, a third of the time
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import math
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 
 # Runnable from a checkout without installing the package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.compare.sequential import compare_sequentially
-from harness.compare.stats import calibrate_noise, decide_latency
+from harness.cases import PlanItem
+from harness.compare.latency import LatencySettings, case_verdict
+from harness.compare.noise import calibrate
+from harness.compare.session import Session
+from harness.execution.paired import PairedRunner
+from harness.model import Attempt, Case, CaseResult, Side
 
-EFFECTS = (0.0, 0.05, 0.10, 0.20)
-SIGMAS = (0.02, 0.08)
+STAGE_S = 0.1
+DRIFT = 0.005
+HICCUP = 0.05
 
 
 @dataclass
-class Runner:
-    """One simulated runner session: a clock of runs, drift along it, noise and hiccups."""
+class World:
+    """The simulated code and runner of one comparison."""
 
     rng: np.random.Generator
+    stages: int
     sigma: float
-    slope: float  # drift of log latency per run
-    hiccup: float  # chance that a run is a hiccup
+    slope: float
+    slow_stage: int = -1  # which stage head slowed (-1: none)
+    effect: float = 0.0
     t: int = 0
-    r: int = 0
 
-    def run(self, log_effect: float) -> float:
-        x = log_effect + self.slope * self.t + self.rng.normal(0.0, self.sigma)
-        if self.rng.random() < self.hiccup:
-            x += math.log1p(self.rng.uniform(0.3, 1.0))
+    def run(self, head: bool) -> tuple[dict[str, float], float]:
+        x = self.rng.normal(self.slope * self.t, self.sigma, self.stages)
+        if head and self.slow_stage >= 0:
+            x[self.slow_stage] += math.log1p(self.effect)
+        if self.rng.random() < HICCUP:
+            x[self.rng.integers(self.stages)] += math.log1p(self.rng.uniform(0.3, 1.0))
         self.t += 1
-        return math.exp(x)
-
-    def round(self, log_a: float, log_b: float) -> tuple[float, float]:
-        """One round in A B B A order: A first in even rounds, B first in odd ones."""
-        if self.r % 2 == 0:
-            a = self.run(log_a)
-            b = self.run(log_b)
-        else:
-            b = self.run(log_b)
-            a = self.run(log_a)
-        self.r += 1
-        return a, b
+        secs = STAGE_S * np.exp(x)
+        return {f"step{i:02d}": float(s) for i, s in enumerate(secs)}, float(secs.sum()) + 0.01
 
 
-def new_runner(rng: np.random.Generator, sigma: float, drift: float, hiccup: float) -> Runner:
-    return Runner(rng, sigma, float(rng.uniform(-drift, drift)), hiccup)
+class SimulatedRunner:
+    """A stand-in for :class:`PairedRunner` (simulated: no worker process runs): what
+    :class:`Session` calls, answering with Attempt records drawn from a :class:`World`."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.next_round = 0
+        self.stop_requested = False
+        self.attempts: dict[tuple[Side, str], list[Attempt]] = {}
+
+    def side_attempts(self, side: Side, item: PlanItem) -> list[Attempt]:
+        return self.attempts.setdefault((side, item.name), [])
+
+    def run_rounds(self, items: Sequence[PlanItem], rounds: int) -> int:
+        for _ in range(rounds):
+            r = self.next_round
+            order: tuple[Side, Side] = ("base", "head") if r % 2 == 0 else ("head", "base")
+            for item in items:
+                for side in order:
+                    stages, total = self.world.run(side == "head")
+                    got = self.side_attempts(side, item)
+                    got.append(
+                        Attempt(
+                            item.case.id,
+                            item.platform,
+                            len(got),
+                            "passed",
+                            0,
+                            side=side,
+                            round=r,
+                            stages=stages,
+                            duration_s=total,
+                        )
+                    )
+            self.next_round += 1
+        return rounds
+
+    def result(self, side: Side, item: PlanItem) -> CaseResult:
+        return CaseResult(
+            item.case.id,
+            item.case.kind,
+            item.platform,
+            "passed",
+            attempts=tuple(self.side_attempts(side, item)),
+        )
 
 
-def calibrate(runner: Runner, n_rounds: int) -> float:
-    rounds = [runner.round(0.0, 0.0) for _ in range(n_rounds)]
-    return calibrate_noise([a for a, _ in rounds], [b for _, b in rounds]).noise
+ITEM = PlanItem(Case("sim/case", "pipeline", "bench"), "cpu")
 
 
 @dataclass
-class Cell:
-    verdicts: dict[str, int]
-    rounds: int = 0
-    total_rounds: int = 0
-    margin: float = 0.0
-    mean_flags: int = 0
-    blocked_rule: int = 0
-    interleaved_rule: int = 0
-    blocked_test: int = 0
-    interleaved_test: int = 0
+class Outcome:
+    verdict: str
+    detect_rounds: int
+    confirm_rounds: int
 
 
-def simulate(effect: float, sigma: float, trials: int, args: argparse.Namespace) -> Cell:
-    rng = np.random.default_rng([args.seed, round(effect * 1000), round(sigma * 1000)])
-    log_head = math.log1p(effect)
-    cell = Cell(
-        {v: 0 for v in ("regression", "suspect", "inconclusive", "no_change", "improvement")}
+def compare_once(world: World, settings: LatencySettings) -> Outcome:
+    runner = SimulatedRunner(world)
+    session = Session(cast(PairedRunner, runner), [ITEM], settings, budget_s=None)
+    session.run()
+    state = session.states[ITEM.name]
+    return Outcome(case_verdict(state.stages()), len(state.detect), len(state.fresh))
+
+
+def calibrated(world: World, settings: LatencySettings, rounds: int = 7) -> LatencySettings:
+    """The settings with noise calibrated by an A/A run of ``world`` (head = base)."""
+    aa = SimulatedRunner(replace(world, slow_stage=-1))
+    aa.run_rounds([ITEM], rounds)
+    figures = calibrate(
+        {ITEM.name: (aa.side_attempts("base", ITEM), aa.side_attempts("head", ITEM))},
+        contention_free={ITEM.name},
     )
+    noise = {c: {s: v["noise"] for s, v in st.items()} for c, st in figures.items()}
+    return replace(settings, noise=noise)
+
+
+def cell(
+    args: argparse.Namespace, stages: int, sigma: float, effect: float, trials: int
+) -> dict[str, Any]:
+    rng = np.random.default_rng([args.seed, stages, round(sigma * 1000), round(effect * 1000)])
+    base_settings = LatencySettings()
+    counts: dict[str, int] = {}
+    rounds = 0
     for _ in range(trials):
-        # The rule, with its own A/A calibration on the same runner session.
-        runner = new_runner(rng, sigma, args.drift, args.hiccup)
-        noise = calibrate(runner, args.calibration_rounds)
-        feed = functools.partial(runner.round, 0.0, log_head)
-        result = compare_sequentially(feed, looks=args.looks, noise=noise)
-        cell.verdicts[result.verdict] += 1
-        cell.rounds += result.rounds
-        cell.total_rounds += result.total_rounds
-        cell.margin += max(0.05, 2 * noise)
+        world = World(
+            rng,
+            stages,
+            sigma,
+            float(rng.uniform(-DRIFT, DRIFT)),
+            slow_stage=int(rng.integers(stages)) if effect else -1,
+            effect=effect,
+        )
+        settings = calibrated(world, base_settings) if args.calibrated else base_settings
+        out = compare_once(world, settings)
+        counts[out.verdict] = counts.get(out.verdict, 0) + 1
+        rounds += out.detect_rounds + out.confirm_rounds
+    return {"counts": counts, "rounds": rounds / trials, "n": trials}
 
-        # Baseline 1: a fixed 5 % threshold on the mean of 5 interleaved rounds.
-        runner = new_runner(rng, sigma, args.drift, args.hiccup)
-        pairs = [runner.round(0.0, log_head) for _ in range(5)]
-        ratio = sum(h for _, h in pairs) / sum(b for b, _ in pairs)
-        cell.mean_flags += ratio > 1.05
 
-        # Baseline 2: blocked order (7 base runs, then 7 head runs) vs 7 interleaved rounds,
-        # each judged once by the same decision with its calibrated margin, and by the test.
-        for blocked in (True, False):
-            runner = new_runner(rng, sigma, args.drift, args.hiccup)
-            noise = calibrate(runner, args.calibration_rounds)
-            if blocked:
-                base = [runner.run(0.0) for _ in range(7)]
-                head = [runner.run(log_head) for _ in range(7)]
-            else:
-                pairs = [runner.round(0.0, log_head) for _ in range(7)]
-                base, head = [b for b, _ in pairs], [h for _, h in pairs]
-            d = decide_latency(base, head, noise=noise)
-            # The test alone, with the rule's tolerance for p == alpha.
-            rule, test = d.verdict == "regression", d.p_regression <= 0.05 * (1 + 1e-9)
-            if blocked:
-                cell.blocked_rule += rule
-                cell.blocked_test += test
-            else:
-                cell.interleaved_rule += rule
-                cell.interleaved_test += test
-    return cell
+def _pct(k: int, n: int) -> str:
+    return f"{k / n:6.1%}"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trials", type=int, default=1500, help="trials per cell (1500)")
-    parser.add_argument("--seed", type=int, default=8)
-    parser.add_argument("--drift", type=float, default=0.005, help="max |drift| per run (0.005)")
-    parser.add_argument("--hiccup", type=float, default=0.05, help="chance of a hiccup (0.05)")
-    parser.add_argument("--calibration-rounds", type=int, default=7, help="A/A rounds (7)")
-    parser.add_argument(
-        "--looks", type=lambda v: tuple(int(x) for x in v.split(",")), default=(3, 5, 7)
-    )
+    parser.add_argument("--trials", type=int, default=1000, help="per no-change cell (1000)")
+    parser.add_argument("--power-trials", type=int, default=400, help="per power cell (400)")
+    parser.add_argument("--quick", action="store_true", help="300 / 150 comparisons per cell")
+    parser.add_argument("--calibrated", action="store_true", help="calibrate each runner (A/A)")
+    parser.add_argument("--seed", type=int, default=18)
     args = parser.parse_args(argv)
-
+    if args.quick:
+        args.trials, args.power_trials = 300, 150
     t0 = time.perf_counter()
+    s = LatencySettings()
+    how = "calibrated (A/A, 7 rounds)" if args.calibrated else "uncalibrated"
     print(
-        f"{args.trials} trials per cell, seed {args.seed}; hiccups {args.hiccup:.1%} of runs "
-        f"(+30..100 %); drift slope ~ U(+-{args.drift:.2%}) per run; A/A calibration "
-        f"{args.calibration_rounds} rounds; looks {args.looks}; margin = max(5 %, 2 x noise), "
-        "alpha 0.05"
+        f"Session + plan_rounds + decide_stages + confirm over simulated attempts; looks "
+        f"{'/'.join(map(str, s.looks))}, alpha {s.alpha} (each batch {s.batch_alpha:.3f}), "
+        f"delta {s.delta:.0%}, {how}"
+        f"; hiccups {HICCUP:.0%} of runs; drift +-{DRIFT:.1%}/run"
     )
     print()
-    head = (
-        f"{'effect':>6} {'sigma':>5} | {'flagged':>7} {'suspect':>7} {'inconcl':>7} "
-        f"{'no_chg':>6} {'impr':>4} {'rounds':>6} {'+confirm':>8} {'margin':>6} | {'mean>5%':>7} | "
-        f"{'blocked':>7} {'interl.':>7} | {'blocked':>7} {'interl.':>7}"
+    print(f"no change ({args.trials} comparisons per cell); stages judged + total")
+    print(
+        f"{'stages':>6} {'noise':>5} | {'confirmed':>9} {'suspect':>7} {'no_chg':>6} "
+        f"{'inconcl':>7} {'impr':>6} | {'rounds':>6}"
     )
-    looks = "/".join(map(str, args.looks))
-    groups = (
-        f"{'':13}| {f'sequential rule: {looks} looks + confirmation':<60}| {'N=5':<8}| "
-        f"{'N=7, rule':<16}| N=7, p<=0.05 only"
-    )
-    print(groups)
-    print(head)
-    print("-" * len(head))
-    for sigma in SIGMAS:
-        for effect in EFFECTS:
-            n = args.trials
-            c = simulate(effect, sigma, n, args)
-            v = c.verdicts
+    for stages in (1, 5, 14):
+        for sigma in (0.03, 0.05, 0.08):
+            c = cell(args, stages, sigma, 0.0, args.trials)
+            k, n = c["counts"], c["n"]
             print(
-                f"{effect:>+6.0%} {sigma:>5.0%} | {v['regression'] / n:>7.1%} "
-                f"{v['suspect'] / n:>7.1%} {v['inconclusive'] / n:>7.1%} "
-                f"{v['no_change'] / n:>6.1%} {v['improvement'] / n:>4.0%} "
-                f"{c.rounds / n:>6.2f} {c.total_rounds / n:>8.2f} "
-                f"{c.margin / n:>6.1%} | {c.mean_flags / n:>7.1%} | "
-                f"{c.blocked_rule / n:>7.1%} {c.interleaved_rule / n:>7.1%} | "
-                f"{c.blocked_test / n:>7.1%} {c.interleaved_test / n:>7.1%}",
+                f"{stages:>6} {sigma:>5.0%} | {_pct(k.get('regression', 0), n):>9} "
+                f"{_pct(k.get('suspect', 0), n):>7} {_pct(k.get('no_change', 0), n):>6} "
+                f"{_pct(k.get('inconclusive', 0), n):>7} {_pct(k.get('improvement', 0), n):>6} | "
+                f"{c['rounds']:>6.2f}",
+                flush=True,
+            )
+    print()
+    print(f"power: one stage of 14 slower ({args.power_trials} comparisons per cell)")
+    print(
+        f"{'effect':>6} {'noise':>5} | {'confirmed':>9} {'suspect':>7} {'inconcl':>7} | "
+        f"{'rounds':>6}"
+    )
+    for effect in (0.10, 0.20):
+        for sigma in (0.03, 0.05, 0.08):
+            c = cell(args, 14, sigma, effect, args.power_trials)
+            k, n = c["counts"], c["n"]
+            print(
+                f"{effect:>+6.0%} {sigma:>5.0%} | {_pct(k.get('regression', 0), n):>9} "
+                f"{_pct(k.get('suspect', 0), n):>7} {_pct(k.get('inconclusive', 0), n):>7} | "
+                f"{c['rounds']:>6.2f}",
                 flush=True,
             )
     print()
     print(
-        "flagged: confirmed regressions; suspect: found, not confirmed; rounds: mean rounds of"
-        " the detection batch;\n+confirm: including the confirmation batch; margin: mean"
-        " max(5 %, 2 x noise); mean>5%: mean(head) / mean(base) > 1.05;\nblocked: 7 base runs"
-        " then 7 head runs; interl.: 7 A B B A rounds; rule: verdict regression; p<=0.05 only:"
-        " the one-sided test alone."
+        "confirmed: regression found by the detection batch and again by the fresh batch "
+        "(exit 1); suspect: found,\nnot confirmed; rounds: mean rounds used per comparison "
+        "(detection + confirmation batches, each side)."
     )
     print(f"{time.perf_counter() - t0:.0f} s")
     return 0

@@ -120,7 +120,15 @@ def add_parser(sub: Any) -> None:
         type=Path,
         default=Path("runners/noise"),
         metavar="DIR",
-        help="where calibrated noise is read and --aa writes it (default: runners/noise)",
+        help="where --aa writes calibrated noise and comparisons read it; a folder in the "
+        "repository is read from base's checkout, never head's (default: runners/noise)",
+    )
+    p.add_argument(
+        "--noise-max-age",
+        type=float,
+        default=30.0,
+        metavar="DAYS",
+        help="calibration older than this is reported stale in every latency verdict (30)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=main)
@@ -161,6 +169,8 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(f"--budget {args.budget}: expected a positive number of seconds")
     if args.min_stage_ms < 0:
         raise UsageError(f"--min-stage-ms {args.min_stage_ms}: expected a non-negative number")
+    if not args.noise_max_age > 0:
+        raise UsageError(f"--noise-max-age {args.noise_max_age}: expected a positive number")
     if args.delta is not None and not 0 < args.delta < 10:
         raise UsageError(f"--delta {args.delta}: expected a fraction such as 0.05")
     writable_folder("--out", args.out)
@@ -187,6 +197,7 @@ def main(args: argparse.Namespace) -> int:
         quality_margins=dict(profile.compare_margins),
         budget_s=args.budget,
         noise_dir=args.noise_dir,
+        noise_max_age_days=args.noise_max_age,
         argv=tuple(sys.argv),
         progress=say,
     )

@@ -11,8 +11,9 @@ Public entry points:
 - :func:`harness.compare.saved.compare_reports` (``harness compare BASE_DIR HEAD_DIR``);
 - :func:`harness.compare.bisect.bisect` (``harness bisect``).
 
-Stages: ``stats`` (pure statistics) and ``sequential`` (looks at 3/5/7 rounds, confirmation,
-round scheduling); ``session`` carries the rounds out over a paired runner; ``latency``,
+Stages: ``stats`` (pure statistics: the one-stage test, Holm, alpha spending) and
+``sequential`` (round scheduling for looks at 3/5/7 rounds and confirmation batches);
+``session`` carries the rounds out over a paired runner; ``latency``,
 ``quality``, ``failures`` and ``divergence`` are the three findings and the first divergence;
 ``judge`` combines them into one case verdict; ``noise`` stores and reads A/A calibration;
 ``worktree`` checks revisions out; ``envdiff`` says what differs between two environments.

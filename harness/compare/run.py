@@ -25,7 +25,16 @@ from harness.cases import PlanItem, build_plan, load_suite
 from harness.compare.envdiff import env_diff, env_differences
 from harness.compare.judge import judge_case
 from harness.compare.latency import LatencySettings, confirm, decide_stages
-from harness.compare.noise import calibrate, load_noise, noise_path, store_noise
+from harness.compare.noise import (
+    DEFAULT_MAX_AGE_DAYS,
+    NoiseFile,
+    calibrate,
+    load_noise,
+    noise_dir_for,
+    noise_path,
+    store_noise,
+    uncalibrated,
+)
 from harness.compare.session import Session
 from harness.compare.sides import incomplete, load_errors
 from harness.compare.worktree import Checkouts, resolve
@@ -71,6 +80,7 @@ class CompareRequest:
     quality_margins: Mapping[str, float] = field(default_factory=dict)
     budget_s: float | None = None
     noise_dir: Path | None = Path("runners/noise")
+    noise_max_age_days: float = DEFAULT_MAX_AGE_DAYS  # older calibration is reported stale
     python: str | None = None
     warmup: int = 1  # at least this many warm-up runs per case and side
     argv: tuple[str, ...] = ()
@@ -160,9 +170,13 @@ def finish_comparison(
         env_differences=tuple(differences),
         allowed_different_env=allowed,
         noise_source=live.noise_source,
+        calibration=live.calibration.against(sides["base"].env_digest).to_json(),
         settings={
             "delta": lat.delta,
             "alpha": lat.alpha,
+            "batch_alpha": lat.batch_alpha,
+            "max_margin": lat.max_margin,
+            "noise_max_age_days": request.noise_max_age_days,
             "looks": list(lat.looks),
             "confirm": lat.confirm,
             "min_stage_s": lat.min_stage_s,
@@ -197,6 +211,24 @@ class Live:
     cases: Sequence[CaseComparison]
     rounds: int
     noise_source: str | None
+    calibration: NoiseFile
+
+
+def read_calibration(request: CompareRequest, noise_dir: Path | None) -> NoiseFile:
+    """The runner's calibration from ``noise_dir`` (already resolved away from head's tree),
+    or why there is none."""
+    if noise_dir is None:
+        return uncalibrated("no noise folder (--noise-dir)")
+    return load_noise(
+        noise_path(noise_dir, request.profile.name),
+        runner=request.profile.name,
+        max_age_days=request.noise_max_age_days,
+    )
+
+
+def latency_settings(request: CompareRequest, calibration: NoiseFile) -> LatencySettings:
+    """The request's rule with the calibration's figures and its note."""
+    return replace(request.latency, noise=calibration.figures, calibration_note=calibration.note)
 
 
 def run_live(
@@ -207,6 +239,7 @@ def run_live(
     cases_root: Path | None,
     what: str,
     aa: bool = False,
+    noise_dir: Path | None = None,
 ) -> Live:
     """Run the selected cases for both ``sides`` interleaved on this runner and judge them.
 
@@ -214,7 +247,9 @@ def run_live(
     :func:`harness.compare.envs.compare_environments`: sequential looks and confirmation
     batches (or, with ``aa``, a fixed number of rounds whose detections are runner noise),
     one run folder per side, one verdict per case. ``what`` names the two sides in progress.
-    With ``aa`` the calibrated noise is stored in ``<noise_dir>/<runner>.json``.
+    With ``aa`` the calibrated noise is stored in ``<noise_dir>/<runner>.json``; otherwise
+    it is read from ``noise_dir`` (default: ``request.noise_dir``), which the caller has
+    resolved away from head's tree (:func:`~harness.compare.noise.noise_dir_for`).
     """
     say = request.progress or (lambda _l: None)
     items, broken = _items(request, cases_root)
@@ -229,8 +264,12 @@ def run_live(
         replace(i, case=replace(i.case, warmup=max(i.case.warmup, request.warmup))) for i in items
     ]
     noise_file = noise_path(request.noise_dir, request.profile.name) if request.noise_dir else None
-    noise = load_noise(noise_file) if noise_file is not None and not aa else {}
-    latency = replace(request.latency, noise=noise) if noise else request.latency
+    calibration = (
+        uncalibrated("an A/A run measures the noise; it uses none")
+        if aa
+        else read_calibration(request, noise_dir or request.noise_dir)
+    )
+    latency = latency_settings(request, calibration)
     runner = PairedRunner(
         RunOptions(
             profile=request.profile,
@@ -273,7 +312,13 @@ def run_live(
             # one revision against itself: a detection is the rule's false alarm at this
             # runner's noise, never a regression (DESIGN: unconfirmed is ``suspect``)
             stages = confirm(
-                decide_stages(b.attempts, h.attempts, latency, case=item.name),
+                decide_stages(
+                    b.attempts,
+                    h.attempts,
+                    latency,
+                    case=item.name,
+                    contention_free=item.platform == "cpu",
+                ),
                 None,
                 no_batch="an A/A run compares one revision with itself, so this is runner noise",
             )
@@ -300,9 +345,16 @@ def run_live(
             {
                 i.name: (_find(reports["base"], i).attempts, _find(reports["head"], i).attempts)
                 for i in items
-            }
+            },
+            contention_free={i.name for i in items if i.platform == "cpu"},
         )
-        store_noise(noise_file, request.profile.name, sides["base"].rev or "", figures)
+        store_noise(
+            noise_file,
+            request.profile.name,
+            sides["base"].rev or "",
+            figures,
+            env_digest=env_digest(reports["base"].env),
+        )
         say(f"noise for {len(figures)} case(s) -> {noise_file}")
     return Live(
         run_dir=out_dir,
@@ -310,7 +362,8 @@ def run_live(
         reports=reports,
         cases=cases,
         rounds=runner.next_round,
-        noise_source=str(noise_file) if noise and noise_file else None,
+        noise_source=calibration.source if calibration.figures else None,
+        calibration=calibration,
     )
 
 
@@ -341,6 +394,12 @@ def compare_revisions(
             )
             for side, d in dirs.items()
         }
+        # never head's tree: a head could ship its own noise file and pick its own margins
+        noise_dir = (
+            noise_dir_for(request.noise_dir, repo=co.repo, base=base_dir, head=head_dir)
+            if request.noise_dir is not None and not aa
+            else None
+        )
         live = run_live(
             request,
             comparison_id,
@@ -348,6 +407,7 @@ def compare_revisions(
             cases_root=head_dir if request.cases_from == "head" else None,
             what=f"base {shas['base'][:12]} vs head {shas['head'][:12]}",
             aa=aa,
+            noise_dir=noise_dir,
         )
     differences = env_differences(live.reports["base"].env, live.reports["head"].env)
     return finish_comparison(

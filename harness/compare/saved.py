@@ -14,9 +14,10 @@ from pathlib import Path
 from harness.compare.envdiff import env_diff, env_differences
 from harness.compare.judge import judge_case
 from harness.compare.latency import decide_stages
-from harness.compare.noise import load_noise, noise_path
 from harness.compare.run import (
     CompareRequest,
+    latency_settings,
+    read_calibration,
     side_code_files,
     utc_now,
     write_comparison,
@@ -52,19 +53,22 @@ def compare_reports(
     comparable = not differences or allow_different_env
     comparison_id = check_run_id(request.comparison_id) if request.comparison_id else new_run_id()
     out_dir = request.out_root / comparison_id
-    noise: dict[str, dict[str, float]] = {}
-    noise_file = None
-    if request.noise_dir is not None:
-        noise_file = noise_path(request.noise_dir, reports["head"].runner or "cpu")
-        noise = load_noise(noise_file)
-    latency = replace(request.latency, noise=noise) if noise else request.latency
+    # saved runs have no checkouts: the noise folder is read as given, for head's runner class
+    runner = reports["head"].runner or "cpu"
+    calibration = read_calibration(
+        replace(request, profile=replace(request.profile, name=runner)), request.noise_dir
+    ).against(env_digest(reports["base"].env))
+    # one batch, no confirmation: the family is held at alpha itself
+    latency = replace(latency_settings(request, calibration), confirm=False)
     head_cases = {(c.id, c.platform): c for c in reports["head"].cases}
     base_cases = {(c.id, c.platform): c for c in reports["base"].cases}
     cases = []
     for key in [*base_cases, *(k for k in head_cases if k not in base_cases)]:
         b, h = base_cases.get(key), head_cases.get(key)
         stages = (
-            decide_stages(b.attempts, h.attempts, latency, case=h.name)
+            decide_stages(
+                b.attempts, h.attempts, latency, case=h.name, contention_free=h.platform == "cpu"
+            )
             if b is not None and h is not None
             else []
         )
@@ -120,7 +124,8 @@ def compare_reports(
         argv=request.argv,
         env_differences=tuple(differences),
         allowed_different_env=allow_different_env,
-        noise_source=str(noise_file) if noise and noise_file else None,
+        noise_source=calibration.source if calibration.figures else None,
+        calibration=calibration.to_json(),
         settings={"delta": latency.delta, "alpha": latency.alpha},
         env_diff=env_diff(reports["base"].env, reports["head"].env),
         infra_errors=incomplete(reports),

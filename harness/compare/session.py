@@ -5,7 +5,8 @@ A :class:`Session` drives a :class:`~harness.execution.paired.PairedRunner`: it 
 cases first, then the fresh batches that confirm a detected regression), runs those rounds
 interleaved, and takes each case's next look, until every case is settled or the time budget
 is spent. The detection batch and the confirmation batch of a case are separate sets of
-rounds, judged on their own.
+rounds, each judged on its own with every stage re-judged
+(:func:`~harness.compare.latency.decide_stages`, :func:`~harness.compare.latency.confirm`).
 """
 
 from __future__ import annotations
@@ -115,13 +116,25 @@ class Session:
             s.settled = True  # a failing case is not timed; its failure is the finding
             return
         name = s.item.name
+        # on the CPU, other processes' load is not the code's time (DESIGN: contention)
+        cf = s.item.platform == "cpu"
         if s.confirming:
+            # the fresh batch re-judges every stage; confirm() counts any regression it finds
+            flagged = {x.stage for x in s.detection if x.verdict == "regression" and x.judged}
             s.confirmation = decide_stages(
-                base, head, self.settings, case=name, rounds=set(s.fresh)
+                base,
+                head,
+                self.settings,
+                case=name,
+                rounds=set(s.fresh),
+                contention_free=cf,
+                flagged=flagged,
             )
             s.verdict = case_verdict(s.confirmation)
         else:
-            s.detection = decide_stages(base, head, self.settings, case=name, rounds=set(s.detect))
+            s.detection = decide_stages(
+                base, head, self.settings, case=name, rounds=set(s.detect), contention_free=cf
+            )
             s.verdict = case_verdict(s.detection)
         if s.verdict == "missing" or (s.verdict == "regression" and not self.settings.confirm):
             s.settled = True

@@ -6,7 +6,9 @@ Everything is computed on log latency, so a shift is a ratio and the rule is sca
 - ``hodges_lehmann``: the shift (median of all pairwise log differences head - base) as a
   ratio, with a distribution-free interval from the exact Mann-Whitney null distribution.
 - ``mann_whitney_one_sided``: the exact one-sided p that head is slower (or faster).
-- ``decide_latency``: the rule of DESIGN.md "Deciding a latency difference".
+- ``decide_latency``: the rule of DESIGN.md "Deciding a latency difference" for one stage.
+- ``holm``, ``spending``, ``family_level``: a case's judged stages held at one error rate
+  together (Holm), that rate spread over the planned looks (alpha spending).
 - ``calibrate_noise``: the base-vs-base noise that widens the margin on a noisy stage.
 - ``head_fails_more_p``: Fisher's exact test for the failure matrix.
 
@@ -22,7 +24,7 @@ The rank statistics themselves live in :mod:`harness.compare.ranks` and are re-e
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -35,29 +37,40 @@ from harness.compare.ranks import (
     Alternative,
     FloatArray,
     ShiftEstimate,
+    _has_ties,
     _hl_log,
+    _hl_sorted,
+    _p_beyond,
     _p_greater,
     _samples,
     _significant,
     hodges_lehmann,
     mann_whitney_one_sided,
+    sorted_median,
     u_null_pmf,
 )
 
 __all__ = [
     "EXACT_TIES_LIMIT",
     "EXACT_U_LIMIT",
+    "MAX_MARGIN",
     "Alternative",
     "LatencyDecision",
     "NoiseCalibration",
     "ShiftEstimate",
     "Verdict",
     "calibrate_noise",
+    "classify",
     "decide_latency",
+    "family_level",
     "head_fails_more_p",
     "hodges_lehmann",
+    "holm",
     "mann_whitney_one_sided",
     "margin_for",
+    "one_sided_bounds",
+    "smallest_p",
+    "spending",
     "u_null_pmf",
 ]
 
@@ -77,10 +90,12 @@ class LatencyDecision:
     ``ratio``, ``ci_low`` and ``ci_high`` are the Hodges-Lehmann shift and its
     ``1 - 2 * alpha`` interval as ratios head / base (``ci_low = 0`` and ``ci_high = inf``
     when the rounds are too few for that level). ``p_regression`` / ``p_improvement`` are the
-    exact one-sided Mann-Whitney p-values that head is slower / faster. ``margin`` is the
-    relative change that counts. ``unstable`` says the samples on a side spread so much that
-    the numbers deserve a look (``unstable_reason`` says which side and why); it does not
-    change the verdict.
+    exact one-sided Mann-Whitney p-values that head is slower / faster at all;
+    ``p_above_margin`` / ``p_below_margin`` those that head is slower / faster by more than
+    the margin (the p-values the rule decides on). ``level`` is the one-sided error rate the
+    regression and improvement verdicts were held at. ``unstable`` says the samples on a side
+    spread so much that the numbers deserve a look (``unstable_reason`` says which side and
+    why); it does not change the verdict.
     """
 
     ratio: float
@@ -95,6 +110,10 @@ class LatencyDecision:
     verdict: Verdict
     unstable: bool
     unstable_reason: str | None
+    p_above_margin: float = 1.0
+    p_below_margin: float = 1.0
+    level: float = 0.05
+    inside: bool = False  # the two-sided interval lies inside +-margin
 
     @property
     def p(self) -> float:
@@ -111,21 +130,27 @@ class LatencyDecision:
         return f"{text}; unstable: {self.unstable_reason}" if self.unstable else text
 
 
-def margin_for(delta: float, noise: float | None) -> float:
-    """The relative change that counts: ``max(delta, 2 * noise)``, or ``delta`` without noise."""
+# The widest margin calibrated noise can make: a runner whose stage scatters by 15 % would
+# otherwise only count changes above 30 %, which hides real regressions instead of deciding them.
+MAX_MARGIN = 0.20
+
+
+def margin_for(delta: float, noise: float | None, *, cap: float = MAX_MARGIN) -> float:
+    """The relative change that counts: ``max(delta, min(2 * noise, cap))``; ``delta`` without
+    noise. ``cap`` keeps a noisy runner from widening the margin past what still matters."""
     if not (isinstance(delta, float | int) and math.isfinite(delta) and delta > 0):
         raise ValueError(f"delta: expected a positive finite float, got {delta!r}")
     if noise is None:
         return float(delta)
     if not (isinstance(noise, float | int) and math.isfinite(noise) and noise >= 0):
         raise ValueError(f"noise: expected a non-negative finite float or None, got {noise!r}")
-    return max(float(delta), 2.0 * float(noise))
+    return max(float(delta), min(2.0 * float(noise), float(cap)))
 
 
 def _instability(side: str, x: FloatArray, margin: float) -> list[str]:
-    med = float(np.median(x))
+    med = sorted_median(np.sort(x))
     reasons = []
-    rcv = 1.4826 * float(np.median(np.abs(x - med))) / med
+    rcv = 1.4826 * sorted_median(np.sort(np.abs(x - med))) / med
     if rcv > margin / 2.0:
         reasons.append(f"{side}: robust CV {rcv:.1%} above half the margin ({margin / 2:.1%})")
     peak = float(x.max()) / med
@@ -141,44 +166,55 @@ def decide_latency(
     delta: float = 0.05,
     noise: float | None = None,
     alpha: float = 0.05,
+    level: float | None = None,
+    cap: float = MAX_MARGIN,
 ) -> LatencyDecision:
     """Decide whether head's latency regressed, improved or did not change against base.
 
     ``base[i]`` and ``head[i]`` are the latencies (seconds) of one stage in round ``i``.
-    ``margin = max(delta, 2 * noise)``, ``noise`` being :func:`calibrate_noise`'s estimate
-    when known. With ``s`` the Hodges-Lehmann log shift and ``[lo, hi]`` its ``1 - 2 * alpha``
-    interval:
+    ``margin = max(delta, min(2 * noise, cap))``, ``noise`` being :func:`calibrate_noise`'s
+    estimate when known. With ``m = log(1 + margin)``:
 
-    - regression: ``s > log(1 + margin)`` and ``p_regression <= alpha``;
-    - improvement: ``s < -log(1 + margin)`` and ``p_improvement <= alpha``;
-    - no_change: ``[lo, hi]`` lies inside ``[-log(1 + margin), log(1 + margin)]``;
+    - regression: the one-sided ``1 - level`` interval of the log shift lies wholly above
+      ``m`` (equivalently, the exact Mann-Whitney test of head / (1 + margin) against base
+      gives ``p_above_margin <= level``): a point estimate above the margin is not enough;
+    - improvement: the mirror image, wholly below ``-m``;
+    - no_change: the two-sided ``1 - 2 * alpha`` interval lies inside ``[-m, m]``;
     - inconclusive otherwise: more rounds may decide.
 
-    At 3 vs 3 rounds the smallest one-sided p is 1/20 = 0.05, so only a full separation (every
-    head slower than every base) can be a regression at ``alpha = 0.05``. The decision never
-    uses a mean or a single minimum.
+    ``level`` defaults to ``alpha``; a caller judging a family of stages over several looks
+    passes the level it spent on this one (:func:`holm`, :func:`family_level`). The decision
+    never uses a mean or a single minimum.
 
         >>> decide_latency([1.00, 1.01, 0.99], [1.00, 0.99, 1.01]).verdict
         'no_change'
+        >>> decide_latency([1.00, 1.01, 0.99], [1.04, 1.05, 1.06]).verdict  # above 5 %? unsure
+        'inconclusive'
     """
     if not (isinstance(alpha, float | int) and 0.0 < alpha < 0.5):
         raise ValueError(f"alpha: expected a float in (0, 0.5), got {alpha!r}")
-    margin = margin_for(delta, noise)
+    lvl = float(alpha if level is None else level)
+    if not 0.0 < lvl < 0.5:
+        raise ValueError(f"level: expected a float in (0, 0.5), got {level!r}")
+    margin = margin_for(delta, noise, cap=cap)
     b = _samples("base", base)
     h = _samples("head", head)
-    shift, lo, hi = _hl_log(np.log(b), np.log(h), 1.0 - 2.0 * alpha)
-    p_reg = _p_greater(h, b)
-    p_imp = _p_greater(b, h)
+    # one table of pairwise log differences serves the shift, its interval and all four tests
+    diffs = np.sort(np.subtract.outer(np.log(h), np.log(b)).ravel())
+    m, n = int(b.size), int(h.size)
+    shift, lo, hi = _hl_sorted(diffs, m, n, 1.0 - 2.0 * alpha)
     bound = math.log1p(margin)
-    verdict: Verdict
-    if shift > bound and _significant(p_reg, alpha):
-        verdict = "regression"
-    elif shift < -bound and _significant(p_imp, alpha):
-        verdict = "improvement"
-    elif lo >= -bound and hi <= bound:
-        verdict = "no_change"
-    else:
-        verdict = "inconclusive"
+    within = _has_ties(b) or _has_ties(h)
+    p_above = _p_beyond(diffs, m, n, bound, within, lambda: _p_greater(h / (1.0 + margin), b))
+    p_below = _p_beyond(
+        diffs, m, n, bound, within, lambda: _p_greater(b, h * (1.0 + margin)), below=True
+    )
+    p_reg = _p_beyond(diffs, m, n, 0.0, within, lambda: _p_greater(h, b))
+    p_imp = _p_beyond(diffs, m, n, 0.0, within, lambda: _p_greater(b, h), below=True)
+    inside = bool(lo >= -bound and hi <= bound)
+    verdict = classify(
+        regression=_significant(p_above, lvl), improvement=_significant(p_below, lvl), inside=inside
+    )
     reasons = _instability("base", b, margin) + _instability("head", h, margin)
     return LatencyDecision(
         ratio=math.exp(shift),
@@ -193,7 +229,109 @@ def decide_latency(
         verdict=verdict,
         unstable=bool(reasons),
         unstable_reason="; ".join(reasons) or None,
+        p_above_margin=p_above,
+        p_below_margin=p_below,
+        level=lvl,
+        inside=inside,
     )
+
+
+def classify(*, regression: bool, improvement: bool, inside: bool) -> Verdict:
+    """One stage's verdict from the three tests of :func:`decide_latency`."""
+    if regression:
+        return "regression"
+    if improvement:
+        return "improvement"
+    return "no_change" if inside else "inconclusive"
+
+
+def one_sided_bounds(
+    base: Sequence[float], head: Sequence[float], level: float
+) -> tuple[float, float]:
+    """The ratio head / base is above the first and below the second, each at ``1 - level``."""
+    b, h = np.log(_samples("base", base)), np.log(_samples("head", head))
+    _, lo, hi = _hl_log(b, h, 1.0 - 2.0 * level)
+    return math.exp(lo), math.exp(hi)
+
+
+# --- a family of stages over several looks -------------------------------------------------------
+
+
+def holm(
+    pvalues: Mapping[str, float], level: float, weights: Mapping[str, float] | None = None
+) -> dict[str, float]:
+    """Holm's step-down procedure: the hypotheses rejected with the family held at ``level``.
+
+    Returns name -> the level that hypothesis was tested at (``level / k`` for the smallest p
+    of ``k``, ``level / (k - 1)`` for the next, ... until one is not rejected). With
+    ``weights`` (positive), the weighted form: each step tests the hypothesis with the
+    smallest ``p / w`` at ``level * w / (sum of the weights not yet rejected)``. Either holds
+    the family-wise error rate at ``level`` whatever the dependence between the tests (Holm,
+    Scand. J. Statist. 6, 1979).
+
+        >>> holm({"a": 0.001, "b": 0.02, "c": 0.5}, 0.05)
+        {'a': 0.016666666666666666, 'b': 0.025}
+    """
+    w = {n: 1.0 for n in pvalues} if weights is None else {n: weights[n] for n in pvalues}
+    if any(not v > 0 for v in w.values()):
+        raise ValueError(f"weights: expected positive numbers, got {weights!r}")
+    left = set(pvalues)
+    out: dict[str, float] = {}
+    while left:
+        name = min(left, key=lambda n: (pvalues[n] / w[n], n))
+        step = level * w[name] / sum(w[n] for n in left)
+        if not _significant(pvalues[name], step):
+            break
+        out[name] = step
+        left.remove(name)
+    return out
+
+
+def smallest_p(n_base: int, n_head: int) -> float:
+    """The smallest exact one-sided Mann-Whitney p that ``n_base`` vs ``n_head`` can give."""
+    return 1.0 / math.comb(n_base + n_head, n_base) if n_base and n_head else 1.0
+
+
+def spending(looks: Sequence[int], alpha: float, *, rho: float = 3.0) -> tuple[float, ...]:
+    """The error rate each planned look may spend: ``alpha * (t_j^rho - t_{j-1}^rho)`` with
+    ``t_j = looks[j] / looks[-1]`` (the Kim-DeMets power family; ``rho = 3`` is close to
+    O'Brien-Fleming's boundaries, ``rho = 1`` to Pocock's).
+
+    Why spread it this way: at 3 rounds against 3 the exact test cannot go below p = 0.05, so
+    alpha spent early mostly buys nothing; keeping most of it for the last look gives the
+    power a 7-round batch can have, while a large effect still stops the batch at 5 rounds.
+    The looks share ``alpha`` by the union bound, which holds whatever the dependence
+    between looks.
+
+        >>> [round(x, 4) for x in spending((3, 5, 7), 0.05)]
+        [0.0039, 0.0143, 0.0318]
+    """
+    end = looks[-1]
+    cum = [alpha * (n / end) ** rho for n in looks]
+    return tuple(c - p for c, p in zip(cum, [0.0, *cum[:-1]], strict=True))
+
+
+def family_level(
+    looks: Sequence[int], look: int, alpha: float, k: int, *, rho: float = 3.0
+) -> float:
+    """The level the ``look``-th look (0-based) holds a family of ``k`` stages at.
+
+    Its share of :func:`spending`, plus the shares of earlier looks that could not reject
+    anything: a look whose smallest possible p at its planned size is above its share / k
+    never rejects, so its share is still unspent and passes on (fewer rounds than planned only
+    make that p larger). The sum over looks never exceeds ``alpha``.
+
+        >>> round(family_level((3, 5, 7), 2, 0.05, 14), 4)
+        0.05
+    """
+    shares = spending(looks, alpha, rho=rho)
+    carried = 0.0
+    for j in range(look):
+        if smallest_p(looks[j], looks[j]) > (shares[j] + carried) / max(k, 1) * (1 + 1e-9):
+            carried += shares[j]
+        else:
+            carried = 0.0
+    return shares[look] + carried
 
 
 # --- noise calibration --------------------------------------------------------------------------

@@ -318,6 +318,9 @@ class Comparison:
     env_differences: tuple[str, ...] = ()  # fields of the env fingerprint that differ
     allowed_different_env: bool = False
     noise_source: str | None = None  # the runners/noise file whose figures widened margins
+    # the runner's calibration as the comparison found it: status (calibrated, stale,
+    # uncalibrated), source, note, runner, env_digest, created_at, age_days
+    calibration: Mapping[str, Any] | None = None
     settings: Mapping[str, Any] = field(default_factory=dict)  # delta, alpha, looks, margins
     infra_errors: tuple[str, ...] = ()
     env_diff: EnvDiff | None = None  # Python and package versions that differ between sides
@@ -361,6 +364,7 @@ class Comparison:
             "allowed_different_env": self.allowed_different_env,
             "rounds": self.rounds,
             "noise_source": self.noise_source,
+            "calibration": json_safe(dict(self.calibration)) if self.calibration else None,
             "settings": json_safe(dict(self.settings)),
             "summary": {k: v for k, v in self.counts().items() if v},
             "infra_errors": list(self.infra_errors),
@@ -385,6 +389,7 @@ class Comparison:
             env_differences=tuple(d.get("env_differences", [])),
             allowed_different_env=d.get("allowed_different_env", False),
             noise_source=d.get("noise_source"),
+            calibration=d.get("calibration"),
             settings=dict(d.get("settings", {})),
             infra_errors=tuple(d.get("infra_errors", [])),
             env_diff=EnvDiff.from_json(d["env_diff"]) if d.get("env_diff") is not None else None,

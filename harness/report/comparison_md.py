@@ -198,6 +198,11 @@ def comparison_markdown(comparison: Comparison, *, max_bytes: int = DEFAULT_MAX_
             "Latency margins widened by calibrated noise from "
             f"{md_code(comparison.noise_source, table=False)}."
         )
+    cal = comparison.calibration or {}
+    if cal.get("status") in ("stale", "uncalibrated"):
+        doc.add(
+            f"Latency: {md_text(str(cal.get('status')))} runner: {md_text(str(cal.get('note')))}."
+        )
     for e in comparison.infra_errors:
         doc.force("")
         doc.add(f"⚠️ harness error: {md_text(first_line(e), limit=CELL_CHARS * 2)}")

@@ -327,7 +327,8 @@ def test_calibrated_noise_widens_the_margin() -> None:
     (st, _t) = decide_stages(
         timed("base", [1.0, 1.01, 0.99]), timed("head", [1.2, 1.21, 1.19]), s, case="c"
     )
-    assert st.margin == pytest.approx(0.3) and st.noise == 0.15 and st.verdict != "regression"
+    # 2 x 0.15 would be 30 %: capped at 20 %
+    assert st.margin == pytest.approx(0.2) and st.noise == 0.15 and st.verdict != "regression"
 
 
 def test_an_unconfirmed_regression_is_suspect() -> None:
@@ -393,17 +394,19 @@ def test_saved_runs_from_different_environments_are_not_comparable(
 
 
 def test_saved_runs_on_one_environment_are_judged(tmp_path: Path, env: dict[str, Any]) -> None:
-    a = saved(tmp_path, "a", env, [1.0, 1.01, 0.99])
+    # 5 runs a side: a family of stages held at alpha together needs more than 3
+    a = saved(tmp_path, "a", env, [1.0, 1.01, 0.99, 1.005, 0.995])
     b = saved(
         tmp_path,
         "b",
         {**env, "git": {"sha": "b", "dirty": False, "tree_hash": "t"}},
-        [1.3, 1.31, 1.29],
+        [1.3, 1.31, 1.29, 1.305, 1.295],
     )
     cmp = compare_reports(
         a, b, request=CompareRequest(out_root=tmp_path / "out", comparison_id="x", noise_dir=None)
     )
     assert cmp.same_runner and cmp.cases[0].verdict == "regression"
+    assert cmp.calibration is not None and cmp.calibration["status"] == "uncalibrated"
     assert (tmp_path / "out" / "x" / "summary.md").is_file()
 
 
@@ -416,9 +419,12 @@ def test_noise_pairs_the_runs_of_each_round_and_leaves_failed_rounds_out(tmp_pat
     assert figures["c"]["S"]["n"] == 3  # round 3 failed on one side: not a pair
     assert figures["c"]["S"]["noise"] == 0.0  # each round's two runs agree exactly
     path = tmp_path / "noise" / "cpu.json"
-    store_noise(path, "cpu", "abc", figures)
-    store_noise(path, "cpu", "abc", {"d": {"S": {"noise": 0.1}}})  # merged, not replaced
-    assert load_noise(path) == {"c": {"S": 0.0, "total": 0.0}, "d": {"S": 0.1}}
+    store_noise(path, "cpu", "abc", figures, env_digest="e")
+    store_noise(path, "cpu", "abc", {"d": {"S": {"noise": 0.1}}}, env_digest="e")  # merged
+    got = load_noise(path, runner="cpu").figures
+    assert got == {"c": {"S": 0.0, "total": 0.0}, "d": {"S": 0.1}}
+    store_noise(path, "cpu", "abc", {"d": {"S": {"noise": 0.1}}}, env_digest="other")
+    assert load_noise(path, runner="cpu").figures == {"d": {"S": 0.1}}  # another environment
 
 
 # --- failure matrix -------------------------------------------------------------------------------

@@ -1,10 +1,9 @@
-"""compare.sequential: looks at 3, 5 and 7 rounds, confirmation by a fresh batch, and the
-round scheduler; with seeded simulations of the whole rule."""
+"""compare.sequential: the round scheduler; seeded simulations of the single-stage test.
+(The whole rule through the session: test_latency_rule.py and bench/bench_decision_rule.py.)"""
 
 from __future__ import annotations
 
 import doctest
-import math
 from itertools import permutations
 
 import numpy as np
@@ -14,84 +13,10 @@ import scipy.stats
 from sampling import within
 
 from harness.compare import sequential, stats
-from harness.compare.sequential import (
-    CaseProgress,
-    compare_sequentially,
-    plan_rounds,
-    rounds_from,
-    run_batch,
-)
+from harness.compare.sequential import CaseProgress, plan_rounds
 from harness.compare.stats import (
     decide_latency,
 )
-
-# --- sequential looks and confirmation ------------------------------------------------------------
-
-QUIET = [1.00, 1.01, 0.99, 1.00, 1.02, 0.98, 1.01]
-
-
-def test_a_clear_regression_is_decided_at_three_and_confirmed() -> None:
-    r = compare_sequentially(rounds_from(QUIET[:6], [1.2 * v for v in QUIET[:6]]))
-    assert r.verdict == "regression"
-    assert (r.rounds, r.confirmation_rounds, r.total_rounds) == (3, 3, 6)
-    assert r.detection.looks == (3,)
-    assert r.confirmation is not None and r.confirmation.verdict == "regression"
-
-
-def test_a_regression_the_fresh_batch_does_not_repeat_is_suspect() -> None:
-    head = [1.2 * v for v in QUIET[:3]] + QUIET[3:6]
-    r = compare_sequentially(rounds_from(QUIET[:6], head))
-    assert r.verdict == "suspect"
-    assert r.decision is not None and r.decision.verdict == "regression"
-    assert "not confirmed: the fresh batch says no_change" in r.reason
-
-
-def test_a_regression_without_rounds_left_to_confirm_is_suspect() -> None:
-    r = compare_sequentially(rounds_from(QUIET[:4], [1.2 * v for v in QUIET[:4]]))
-    assert r.verdict == "suspect"
-    assert r.confirmation_rounds == 1
-    assert "no rounds left to confirm" in r.reason
-
-
-def test_inconclusive_at_three_buys_rounds_up_to_five() -> None:
-    base = [1.00, 1.01, 1.16, 1.00, 0.99]
-    head = [1.15, 1.17, 1.18, 1.16, 1.17]
-    batch = run_batch(rounds_from(base, head))
-    assert batch.looks == (3, 5)
-    assert batch.decision is not None and batch.verdict == "regression"
-    r = compare_sequentially(rounds_from(base, head), confirm=False)
-    assert (r.verdict, r.rounds, r.confirmation) == ("regression", 5, None)
-
-
-def test_undecided_after_seven_stays_inconclusive() -> None:
-    base = [1.0, 1.3, 0.8, 1.2, 0.9, 1.25, 0.85]
-    head = [1.1, 0.9, 1.3, 1.0, 1.2, 0.95, 1.15]
-    r = compare_sequentially(rounds_from(base * 2, head * 2))
-    assert r.verdict == "inconclusive"
-    assert r.detection.looks == (3, 5, 7)
-    assert r.total_rounds == 7
-
-
-def test_too_few_rounds_for_a_look() -> None:
-    r = compare_sequentially(rounds_from([1.0, 1.0], [1.0, 1.0]))
-    assert (r.verdict, r.decision, r.rounds) == ("inconclusive", None, 2)
-    assert "no look reached" in r.reason
-
-
-def test_improvements_and_no_change_are_not_confirmed() -> None:
-    r = compare_sequentially(rounds_from([1.2 * v for v in QUIET[:6]], QUIET[:6]))
-    assert (r.verdict, r.confirmation_rounds) == ("improvement", 0)
-    r = compare_sequentially(rounds_from(QUIET, QUIET[::-1]))
-    assert r.verdict == "no_change" and r.confirmation is None
-
-
-def test_looks_and_feeds_are_validated() -> None:
-    with pytest.raises(ValueError, match="looks: expected increasing positive ints"):
-        run_batch(rounds_from([1.0], [1.0]), looks=(3, 3))
-    with pytest.raises(ValueError, match="looks"):
-        compare_sequentially(rounds_from([1.0], [1.0]), looks=())
-    with pytest.raises(ValueError, match="one sample per round"):
-        rounds_from([1.0, 1.0], [1.0])
 
 
 def test_plan_rounds_serves_inconclusive_cases_first() -> None:
@@ -162,22 +87,6 @@ def test_power_at_three_rounds_is_the_chance_of_full_separation() -> None:
     trials = 3000
     assert 0.2 < expected < 0.6
     assert within(_regression_rate(3, 1.5 * 0.02, trials, seed=99), expected, trials)
-
-
-def test_sequential_rule_false_alarms_and_power() -> None:
-    # The full rule on clean log-normal noise (sigma 2 %): a confirmed false regression needs
-    # two independent chance extremes beyond the 5 % margin, so essentially none occur; a +10 %
-    # regression is found and confirmed almost always.
-    rng = np.random.default_rng(2024)
-
-    def feed(effect: float) -> sequential.NextRound:
-        return lambda: (float(rng.lognormal(0, 0.02)), float(rng.lognormal(math.log(effect), 0.02)))
-
-    trials = 300
-    false = sum(compare_sequentially(feed(1.0)).verdict == "regression" for _ in range(trials))
-    caught = sum(compare_sequentially(feed(1.10)).verdict == "regression" for _ in range(trials))
-    assert false / trials <= 0.01
-    assert caught / trials >= 0.95
 
 
 def test_permutations_of_rounds_do_not_matter() -> None:

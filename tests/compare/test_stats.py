@@ -253,14 +253,15 @@ def test_improvement_and_no_change() -> None:
 
 
 def test_noise_widens_the_margin() -> None:
-    base, head = [1.00, 1.01, 0.99], [1.07, 1.08, 1.06]
+    base, head = [1.00, 1.01, 0.99], [1.10, 1.11, 1.09]
     assert decide_latency(base, head).verdict == "regression"
-    d = decide_latency(base, head, noise=0.04)
-    assert d.margin == pytest.approx(0.08)
+    d = decide_latency(base, head, noise=0.045)
+    assert d.margin == pytest.approx(0.09)
     assert d.verdict == "inconclusive"
     assert decide_latency(base, head, noise=0.01).margin == 0.05
     assert margin_for(0.05, None) == 0.05
     assert margin_for(0.05, 0.03) == pytest.approx(0.06)
+    assert margin_for(0.05, 0.5) == pytest.approx(0.20)  # capped
 
 
 def test_alpha_too_small_for_three_rounds_never_decides() -> None:
