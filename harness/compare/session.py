@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from harness.cases import PlanItem
-from harness.compare.failures import failure_matrix
+from harness.compare.failures import failure_matrix, settled_by_failures
 from harness.compare.latency import LatencySettings, case_verdict, confirm, decide_stages
 from harness.compare.sequential import CaseProgress, plan_rounds
 from harness.execution.paired import PairedRunner
@@ -111,9 +111,20 @@ class Session:
     def _look(self, s: CaseState) -> None:
         base = self.runner.side_attempts("base", s.item)
         head = self.runner.side_attempts("head", s.item)
-        fm = failure_matrix(self.runner.result("base", s.item), self.runner.result("head", s.item))
+        fm = failure_matrix(
+            self.runner.result("base", s.item),
+            self.runner.result("head", s.item),
+            known_flaky=s.item.case.known_flaky,
+        )
         if fm.verdict != "no_change":
-            s.settled = True  # a failing case is not timed; its failure is the finding
+            # A failing case is not timed: its failure is the finding. One whose failures are
+            # intermittent, or seen on head only, keeps buying rounds to the last look (while
+            # the budget lasts), so its rate is measured, not settled at the first look.
+            looks = self.settings.looks
+            if s.confirming or settled_by_failures(fm, len(s.detect), max(looks)):
+                s.settled = True
+            else:
+                s.verdict = "inconclusive"
             return
         name = s.item.name
         # on the CPU, other processes' load is not the code's time (DESIGN: contention)

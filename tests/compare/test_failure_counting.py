@@ -7,6 +7,7 @@ exit-code policy turns the verdicts into 2, 3, 5, 1, 7 or 0."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -207,3 +208,35 @@ def test_run_and_compare_share_the_precedence() -> None:
     assert exit_code(rep) == 1
     assert exit_code(replace(rep, interrupted=True)) == 3
     assert exit_code(replace(rep, interrupted=True, load_errors=(LoadError("a", "b"),))) == 2
+
+
+def test_simulated_session_keeps_buying_rounds_for_a_head_only_failure() -> None:
+    """Head fails its second measured run only: the session does not settle the case at its
+    first look (3 rounds) but measures the rate to the last look (7), while a clean case
+    with a deterministic verdict would stop at 3."""
+    from dataclasses import replace as _replace
+    from typing import cast
+
+    from simpaired import ITEM, SimulatedPairedRunner
+
+    from harness.compare.latency import LatencySettings
+    from harness.compare.session import Session
+    from harness.execution.paired import PairedRunner
+
+    class Runner(SimulatedPairedRunner):
+        def run_rounds(self, items: Any, rounds: int) -> int:
+            n = super().run_rounds(items, rounds)
+            got = self.side_attempts("head", ITEM)
+            for i, a in enumerate(got):
+                if a.round == 1 and a.status == "passed":
+                    got[i] = _replace(
+                        a, status="failed", error=ErrorInfo.make("ValueError", "raced")
+                    )
+            return n
+
+    runner = Runner(lambda side, r: {"work": 0.05})
+    session = Session(cast(PairedRunner, runner), [ITEM], LatencySettings(), budget_s=None)
+    session.run()
+    assert runner.next_round == 7
+    fm = failure_matrix(runner.result("base", ITEM), runner.result("head", ITEM))
+    assert fm.verdict == "new_failure" and "1 of 7 head runs, 0 of 7 base" in (fm.reason or "")
