@@ -256,7 +256,9 @@ def run_live(
     if not items:
         if broken:
             files = "; ".join(str(e) for e in broken)
-            raise UsageError(f"no case selected: {len(broken)} case file(s) did not load: {files}")
+            raise UsageError(
+                f"no case selected: {len(broken)} case file(s) failed to load: {files}"
+            )
         raise UsageError("no case selected (check the paths and -k)")
     # One warm-up per side at least: a cold first run (lazy imports, allocator, caches)
     # would otherwise land on whichever side goes first in round 0.
