@@ -34,8 +34,11 @@ def judge_case(
     profile_margins: Mapping[str, float] | None = None,
     alpha: float = 0.05,
     rounds: int = 0,
+    provenance: str | None = None,
 ) -> CaseComparison:
-    """The comparison of one case; ``latency`` holds its (confirmed) stage verdicts."""
+    """The comparison of one case; ``latency`` holds its (confirmed) stage verdicts.
+    ``provenance``: why a side did not run its own code (:mod:`.provenance`), which makes the
+    case ``not_comparable`` with that reason first."""
     ref = head or base
     assert ref is not None, "judge_case needs at least one side"
     failures = failure_matrix(base, head, alpha=alpha)
@@ -58,8 +61,8 @@ def judge_case(
     else:
         l_verdict = "missing"
         parts = [failures.verdict, q_verdict]
-    verdict = worst_verdict(parts)
-    reasons = []
+    verdict = "not_comparable" if provenance else worst_verdict(parts)
+    reasons = [provenance] if provenance else []
     if failures.reason and failures.verdict != "no_change":
         reasons.append(failures.reason)
     for f in quality:

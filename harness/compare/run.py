@@ -26,6 +26,8 @@ from harness.compare.envdiff import env_diff, env_differences
 from harness.compare.judge import judge_case
 from harness.compare.latency import LatencySettings, confirm, decide_stages
 from harness.compare.noise import calibrate, load_noise, noise_path, store_noise
+from harness.compare.provenance import Origin
+from harness.compare.provenance import check as check_provenance
 from harness.compare.session import Session
 from harness.compare.worktree import Checkouts, resolve
 from harness.errors import UsageError
@@ -205,6 +207,7 @@ def run_live(
     cases_root: Path | None,
     what: str,
     aa: bool = False,
+    own_envs: bool = False,
 ) -> Live:
     """Run the selected cases for both ``sides`` interleaved on this runner and judge them.
 
@@ -212,7 +215,9 @@ def run_live(
     :func:`harness.compare.envs.compare_environments`: sequential looks and confirmation
     batches (or, with ``aa``, a fixed number of rounds whose detections are runner noise),
     one run folder per side, one verdict per case. ``what`` names the two sides in progress.
-    With ``aa`` the calibrated noise is stored in ``<noise_dir>/<runner>.json``.
+    With ``aa`` the calibrated noise is stored in ``<noise_dir>/<runner>.json``. Each side's
+    target must come from its checkout (with ``own_envs``, or its own environment), else the
+    case is ``not_comparable`` (:mod:`harness.compare.provenance`).
     """
     say = request.progress or (lambda _l: None)
     items, load_errors = _items(request, cases_root)
@@ -264,6 +269,10 @@ def run_live(
     cases = []
     for item in items:
         b, h = _find(reports["base"], item), _find(reports["head"], item)
+        origins = {
+            side: live_origin(spec, item, reports[side].env if own_envs else None)
+            for side, spec in sides.items()
+        }
         if aa:
             # one revision against itself: a detection is the rule's false alarm at this
             # runner's noise, never a regression (DESIGN: unconfirmed is ``suspect``)
@@ -287,6 +296,7 @@ def run_live(
                 profile_margins=request.quality_margins,
                 alpha=latency.alpha,
                 rounds=len({a.round for a in h.attempts if not a.warmup}),
+                provenance=check_provenance(b, h, origins),
             )
         )
     if aa and noise_file is not None:
@@ -380,6 +390,19 @@ def side_spec(
         cwd=str(Path.cwd()),
         rev=rev,
         repo=str(checkout),  # where a case's own code_root resolves
+    )
+
+
+def live_origin(spec: SideSpec, item: PlanItem, env: Mapping[str, Any] | None) -> Origin:
+    """Where a live side's target may come from: its checkout, its code roots and the case's
+    own code root, and with ``env`` (the side's environment record) its ``sys.prefix``."""
+    root = spec.case_root(item.case)
+    prefix = None
+    if env is not None and isinstance(env.get("python"), Mapping):
+        prefix = env["python"].get("prefix")
+    return Origin.of(
+        [spec.repo, *spec.code_roots, str(root) if root else None],
+        prefix if isinstance(prefix, str) else None,
     )
 
 

@@ -15,6 +15,8 @@ from harness.compare.envdiff import env_diff, env_differences
 from harness.compare.judge import judge_case
 from harness.compare.latency import decide_stages
 from harness.compare.noise import load_noise, noise_path
+from harness.compare.provenance import check as check_provenance
+from harness.compare.provenance import origin_from_env
 from harness.compare.run import (
     CompareRequest,
     side_code_files,
@@ -57,6 +59,11 @@ def compare_reports(
         noise_file = noise_path(request.noise_dir, reports["head"].runner or "cpu")
         noise = load_noise(noise_file)
     latency = replace(request.latency, noise=noise) if noise else request.latency
+    # each side's target must come from its own checkout (or, when the environments differ
+    # and that is allowed, its own environment): harness.compare.provenance
+    origins = {
+        side: origin_from_env(rep.env, own_env=bool(differences)) for side, rep in reports.items()
+    }
     head_cases = {(c.id, c.platform): c for c in reports["head"].cases}
     base_cases = {(c.id, c.platform): c for c in reports["base"].cases}
     cases = []
@@ -77,6 +84,7 @@ def compare_reports(
             profile_margins=request.quality_margins,
             alpha=latency.alpha,
             rounds=len(h.attempts) if h else 0,
+            provenance=check_provenance(b, h, origins),
         )
         if not comparable:
             c = replace(

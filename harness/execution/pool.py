@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
@@ -29,6 +30,36 @@ from harness.worker import protocol as p
 # the first attempt's duration and lets the worker seed torch before every attempt.
 DEFAULT_PREIMPORT: tuple[str, ...] = ("numpy", "torch")
 STARTUP_TIMEOUT_S = 120.0
+
+
+def import_env(code_roots: Sequence[str], environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` with ``code_roots`` first on ``PYTHONPATH``, ahead of what it held."""
+    env = dict(environ)
+    paths = [*code_roots, env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(x for x in paths if x)
+    return env
+
+
+def _harness_root() -> str | None:
+    """The folder this harness was imported from, when it is a source tree rather than an
+    installed environment's site folder (which must never leak into another interpreter)."""
+    root = Path(__file__).resolve().parents[2]
+    return None if root.name in ("site-packages", "dist-packages") else str(root)
+
+
+def worker_argv(python: str) -> list[str]:
+    """How ``python`` starts the worker so that the code under test comes only from the import
+    path it is given (code provenance, DESIGN.md): ``-P`` keeps the working folder (the working
+    tree, in a comparison run from it) off ``sys.path``, where ``python -m`` would put it first,
+    so ``PYTHONPATH`` (the side's code roots first) leads, then the interpreter's own
+    environment. The harness's own source folder, when it runs from one, comes last, so that
+    the harness imports in the worker without shadowing anything."""
+    root = _harness_root()
+    boot = "import sys\n"
+    if root is not None:
+        boot += f"sys.path.append({root!r})\n"
+    boot += "from harness.worker.main import main\nsys.exit(main())\n"
+    return [python, "-P", "-c", boot]
 
 
 class WorkerTimeout(Exception):
@@ -111,14 +142,12 @@ class WorkerHandle:
         self.log_path = log_dir / f"{stem}.log"
         self.dump_path = log_dir / f"{stem}.stacks"
         self.dump_path.touch()
-        env = dict(os.environ)
-        paths = [*spec.code_roots, env.get("PYTHONPATH", "")]
-        env["PYTHONPATH"] = os.pathsep.join(x for x in paths if x)
+        env = import_env(spec.code_roots, os.environ)
         env["HARNESS_PLATFORM"] = spec.platform
         env["HARNESS_MANAGER_PID"] = str(os.getpid())
         env.update(spec.pin_env())
         env.update(dict(spec.extra_env))
-        argv = [spec.python, "-m", "harness.worker", "--stackdump", str(self.dump_path)]
+        argv = [*worker_argv(spec.python), "--stackdump", str(self.dump_path)]
         for mod in () if spec.fresh else spec.preimport:
             argv += ["--preimport", mod]
         self._log: IO[bytes] = open(self.log_path, "ab")  # noqa: SIM115 - closed in close()

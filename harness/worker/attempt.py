@@ -267,7 +267,8 @@ def run_attempt(job: AttemptJob) -> Attempt:
             # Which file the target really came from: a comparison shows (and tests) that
             # base and head imported their own checkouts, not one installed copy.
             module = sys.modules.get(getattr(fn, "__module__", "") or "")
-            probe.note("harness.target_file", str(getattr(module, "__file__", None)))
+            file = getattr(module, "__file__", None)
+            probe.note("harness.target_file", os.path.abspath(file) if file else "None")
             try:
                 fn(**dict(case.params))
             finally:
