@@ -30,6 +30,10 @@ from harness.platforms.base import Identity
 from harness.platforms.policy import threshold_chain
 from harness.worker.protocol import AttemptJob
 
+# Captured at import: a target that replaces os.getpid must not fool the worker's own checks.
+_getpid = os.getpid
+_perf_counter = time.perf_counter
+
 
 def seed_everything(seed: int) -> None:
     """Seed Python's random, numpy and torch from the case seed.
@@ -228,7 +232,7 @@ def _skipped(job: AttemptJob, missing: list[str]) -> Attempt:
         repeat=job.repeat,
         notes={"harness.skipped": reason},
         error=ErrorInfo.make("MissingRequirement", reason),
-        worker_pid=os.getpid(),
+        worker_pid=_getpid(),
         started_at=dt.datetime.now(dt.UTC).isoformat(),
         fresh_process=job.case.fresh_process,
         side=job.side,  # type: ignore[arg-type]
@@ -254,8 +258,8 @@ def run_attempt(job: AttemptJob) -> Attempt:
     rec = probe._begin(seed, platform, output_dir, device=stage_device(platform), info=job.identity)
     status = "passed"
     error: ErrorInfo | None = None
-    pid = os.getpid()
-    t0 = time.perf_counter()
+    pid = _getpid()
+    t0 = _perf_counter()
     try:
         if case.command is not None:
             # The command gets most of the attempt's time, so that its own timeout is reported
@@ -272,7 +276,7 @@ def run_attempt(job: AttemptJob) -> Attempt:
             try:
                 fn(**dict(case.params))
             finally:
-                if os.getpid() != pid:
+                if _getpid() != pid:
                     # A child the target forked returned from it: it is not the worker, so it
                     # must not record, check or answer anything. Leave at once, with the exit
                     # status Python would have given it (the target may wait for it).
@@ -299,7 +303,7 @@ def run_attempt(job: AttemptJob) -> Attempt:
             type(exc).__name__, _base_message(exc), traceback.format_exc(), innermost_frame(exc)
         )
     finally:
-        duration = time.perf_counter() - t0
+        duration = _perf_counter() - t0
         probe._end()
     checks = evaluate_attempt_checks(
         case,
@@ -346,7 +350,7 @@ def run_attempt(job: AttemptJob) -> Attempt:
         checks=tuple(checks),
         error=error,
         duration_s=duration,
-        worker_pid=os.getpid(),
+        worker_pid=_getpid(),
         started_at=started,
         fresh_process=case.fresh_process,
         side=job.side,  # type: ignore[arg-type]

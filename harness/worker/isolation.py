@@ -52,7 +52,7 @@ from dataclasses import dataclass, field, replace
 from typing import IO, Any
 
 from harness.model import Attempt, ErrorInfo
-from harness.worker import imports
+from harness.worker import imports, process_state
 from harness.worker.knobs import (
     INTERPRETER,
     Knob,
@@ -64,6 +64,9 @@ from harness.worker.knobs import (
 )
 from harness.worker.leftovers import Leftovers
 from harness.worker.protocol import AttemptJob
+
+# Captured at import: a target that replaces os.getpid must not fool the worker's own checks.
+_getpid = os.getpid
 
 
 @dataclass
@@ -172,6 +175,8 @@ class _Snapshot:
     watched: tuple[Watched, ...]
     watched_saved: list[Any]
     tables: tuple[object, object]  # numpy's and torch's tables, to tell when one appeared
+    module_attrs: process_state.ModuleAttrs = field(default_factory=list)
+    logging: process_state.LoggingState = None
 
 
 def _environ() -> dict[Any, Any]:
@@ -191,7 +196,7 @@ def forget() -> None:
 
 def _take() -> _Snapshot:
     last, tables = _last, (numpy_knobs(), torch_knobs())
-    if last is not None and last.pid == os.getpid() and all(map(operator.is_, last.tables, tables)):
+    if last is not None and last.pid == _getpid() and all(map(operator.is_, last.tables, tables)):
         # Restored to exactly this; only what an attempt may add to is read again.
         return replace(
             last,
@@ -199,11 +204,13 @@ def _take() -> _Snapshot:
             lists=imports.lists(),
             modules=imports.modules(),
             modules_version=imports.modules_version(),
+            module_attrs=process_state.take_module_attrs(),
+            logging=process_state.take_logging(),
         )
     torch_restored, watched = torch_knobs()
     extra = numpy_knobs() + torch_restored
     return _Snapshot(
-        pid=os.getpid(),
+        pid=_getpid(),
         leftovers=Leftovers.take(),
         env=_environ(),
         knobs=read(INTERPRETER),
@@ -219,6 +226,8 @@ def _take() -> _Snapshot:
         watched=watched,
         watched_saved=read(watched),
         tables=tables,
+        module_attrs=process_state.take_module_attrs(),
+        logging=process_state.take_logging(),
     )
 
 
@@ -313,8 +322,14 @@ def _restore(snap: _Snapshot, guard: Guard) -> None:
     lists = (guard.restored, guard.violations)
     steps: tuple[tuple[str, Callable[[], None]], ...] = (
         ("threads and child processes", lambda: guard.violations.extend(snap.leftovers.find())),
+        (
+            "module attributes",
+            lambda: process_state.restore_module_attrs(snap.module_attrs, guard.restored),
+        ),
         ("file descriptors 0-2", lambda: _restore_fds(snap, guard)),
         ("the environment", lambda: _restore_env(snap.env, guard)),
+        ("the C environment", lambda: process_state.restore_c_environ(guard.restored)),
+        ("logging", lambda: process_state.restore_logging(snap.logging, guard.restored)),
         ("interpreter settings", lambda: put_back(INTERPRETER, snap.knobs, *lists)),
         ("import paths", lambda: imports.restore_lists(snap.lists, guard.restored)),
         (
@@ -346,7 +361,7 @@ def isolated(job: AttemptJob | None = None) -> Iterator[Guard]:
     try:
         yield guard
     finally:
-        if os.getpid() == snap.pid:
+        if _getpid() == snap.pid:
             _restore(snap, guard)
             _last = snap if _reuse and not guard.violations else None
 

@@ -212,6 +212,30 @@ _BULKY = []
 def hang_with_pid(pidfile):
     Path(pidfile).write_text(str(os.getpid()))
     time.sleep(600)
+
+class _Finalized:
+    """A cycle whose finalizers change the process: they run when the collector frees it."""
+    def __init__(self):
+        import weakref
+        self.me = self
+        weakref.finalize(self, _finalize_numpy_torch)
+    def __del__(self):
+        os.environ["HARNESS_GC_LEAK"] = "1"
+
+def _finalize_numpy_torch():
+    import numpy as np
+    import torch
+    np.seterr(all="raise")
+    torch.set_default_dtype(torch.float64)
+
+def finalizers_leave():
+    _Finalized()  # garbage at once, but only the cyclic collector frees it
+def finalizers_observe():
+    import numpy as np
+    import torch
+    assert "HARNESS_GC_LEAK" not in os.environ, "a finalizer's os.environ change leaked in"
+    assert np.geterr()["divide"] != "raise", "a finalizer's np.seterr leaked in"
+    assert torch.get_default_dtype() == torch.float32, torch.get_default_dtype()
 '''
 
 ISOBULKY = """
