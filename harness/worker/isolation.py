@@ -204,8 +204,8 @@ def _take() -> _Snapshot:
             lists=imports.lists(),
             modules=imports.modules(),
             modules_version=imports.modules_version(),
-            module_attrs=process_state.take_module_attrs(),
-            logging=process_state.take_logging(),
+            module_attrs=process_state.refresh_module_attrs(last.module_attrs),
+            logging=process_state.refresh_logging(last.logging),
         )
     torch_restored, watched = torch_knobs()
     extra = numpy_knobs() + torch_restored

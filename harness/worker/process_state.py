@@ -11,9 +11,12 @@ looked at only when it is in ``sys.modules``).
 from __future__ import annotations
 
 import contextlib
+import operator
 import os
 import sys
 from typing import Any
+
+from harness.worker.imports import dict_version as _dict_version
 
 # Modules whose functions the harness calls in the worker between and around attempts (clocks,
 # pids, pipes, JSON, signals, threads, processes); builtins for open/print.
@@ -59,22 +62,45 @@ _SYS_OWN = frozenset(
     )
 )
 
-ModuleAttrs = list[tuple[Any, dict[str, Any]]]
+# [module, a copy of its namespace, the namespace's version tag (None: not readable)]
+ModuleAttrs = list[list[Any]]
+
+
+def _version(d: dict[str, Any]) -> int | None:
+    return _dict_version(d) if _dict_version is not None else None
 
 
 def take_module_attrs() -> ModuleAttrs:
-    """A copy of each watched module's namespace (those imported)."""
+    """A copy of each watched module's namespace (those imported), with its version tag."""
     mods = sys.modules
-    return [(m, m.__dict__.copy()) for n in _MODULES if (m := mods.get(n)) is not None]
+    return [
+        [m, m.__dict__.copy(), _version(m.__dict__)]
+        for n in _MODULES
+        if (m := mods.get(n)) is not None
+    ]
+
+
+def refresh_module_attrs(saved: ModuleAttrs) -> ModuleAttrs:
+    """``saved`` again when the process was restored to it and no watched module was imported
+    since; else a new :func:`take_module_attrs`."""
+    mods = sys.modules
+    if len(saved) == sum(n in mods for n in _MODULES):
+        return saved
+    return take_module_attrs()
 
 
 def restore_module_attrs(saved: ModuleAttrs, restored: list[str]) -> None:
     """Put back every attribute a target replaced or deleted on a watched module, and delete
-    the ones it added (on ``builtins``, added names stay: tools add ``_`` and the like)."""
+    the ones it added (on ``builtins``, added names stay: tools add ``_`` and the like). A
+    namespace whose version tag did not move was not written to and is not compared."""
     names: list[str] = []
-    for mod, before in saved:
+    for entry in saved:
+        mod, before, version = entry
         now = mod.__dict__
+        if version is not None and _version(now) == version:
+            continue
         if now == before:
+            entry[2] = _version(now)
             continue
         name = mod.__name__
         changed = [
@@ -90,6 +116,7 @@ def restore_module_attrs(saved: ModuleAttrs, restored: list[str]) -> None:
         for k in added:
             del now[k]
         names += (f"{name}.{k}" for k in changed + added)
+        entry[2] = _version(now)
     if names:
         restored.append(f"module attributes ({', '.join(names)})")
 
@@ -98,21 +125,54 @@ _GONE = object()
 
 # -- logging -------------------------------------------------------------------------------
 
+# (what is checked after every attempt: logging.disable's level, each logger's (level,
+# propagate, disabled), how many handlers and filters all loggers have, the root's handlers;
+# then the size of the logger table, the loggers, and each one's handlers and filters), or
+# None when logging is not imported. The check is a few C-level passes (a stack has ~100-300
+# loggers); a handler swapped for another on a logger other than the root is not seen.
 LoggingState = tuple[Any, ...] | None
+_FLAGS = operator.attrgetter("level", "propagate", "disabled")
+_HANDLERS = operator.attrgetter("handlers")
+_FILTERS = operator.attrgetter("filters")
+
+
+def _loggers(lg: Any) -> list[Any]:
+    m = lg.root.manager
+    return [lg.root, *(x for x in list(m.loggerDict.values()) if isinstance(x, lg.Logger))]
+
+
+def _check(lg: Any, loggers: list[Any]) -> tuple[Any, ...]:
+    return (
+        lg.root.manager.disable,
+        list(map(_FLAGS, loggers)),
+        sum(map(len, map(_HANDLERS, loggers))),
+        sum(map(len, map(_FILTERS, loggers))),
+        tuple(lg.root.handlers),
+    )
 
 
 def take_logging() -> LoggingState:
     """``logging.disable``'s level and each existing logger's level, propagation, disabled
-    flag, handlers and filters (None when logging is not imported)."""
+    flag, handlers and filters."""
     lg = sys.modules.get("logging")
     if lg is None:
         return None
-    m = lg.root.manager
-    loggers = [lg.root, *(x for x in list(m.loggerDict.values()) if isinstance(x, lg.Logger))]
+    loggers = _loggers(lg)
     return (
-        m.disable,
-        [(x, x.level, x.propagate, x.disabled, list(x.handlers), list(x.filters)) for x in loggers],
+        _check(lg, loggers),
+        len(lg.root.manager.loggerDict),
+        loggers,
+        list(map(tuple, map(_HANDLERS, loggers))),
+        list(map(tuple, map(_FILTERS, loggers))),
     )
+
+
+def refresh_logging(saved: LoggingState) -> LoggingState:
+    """``saved`` again when the process was restored to it and no logger was made since."""
+    lg = sys.modules.get("logging")
+    if lg is None or saved is None or saved[1] != len(lg.root.manager.loggerDict):
+        return take_logging()
+    return saved
 
 
 def restore_logging(saved: LoggingState, restored: list[str]) -> None:
@@ -120,27 +180,22 @@ def restore_logging(saved: LoggingState, restored: list[str]) -> None:
     if saved is None:
         return
     lg = sys.modules["logging"]
-    disable, rows = saved
+    check, _, loggers, handlers, filters = saved
+    if _check(lg, loggers) == check:
+        return
     what = []
-    if lg.root.manager.disable != disable:
-        lg.disable(disable)
+    if lg.root.manager.disable != check[0]:
+        lg.disable(check[0])
         what.append("logging.disable")
-    for logger, level, propagate, disabled, handlers, filters in rows:
-        if (
-            logger.level != level
-            or logger.propagate != propagate
-            or logger.disabled != disabled
-            or logger.handlers != handlers
-            or logger.filters != filters
-        ):
-            logger.level, logger.propagate, logger.disabled = level, propagate, disabled
-            logger.handlers[:] = handlers
-            logger.filters[:] = filters
+    for logger, flag, hs, fs in zip(loggers, check[1], handlers, filters, strict=True):
+        if (_FLAGS(logger), tuple(logger.handlers), tuple(logger.filters)) != (flag, hs, fs):
+            logger.level, logger.propagate, logger.disabled = flag
+            logger.handlers[:] = hs
+            logger.filters[:] = fs
             what.append(logger.name)
-    if what:
-        with contextlib.suppress(AttributeError):
-            lg.root.manager._clear_cache()
-        restored.append(f"logging configuration ({', '.join(what)})")
+    with contextlib.suppress(AttributeError):
+        lg.root.manager._clear_cache()
+    restored.append(f"logging configuration ({', '.join(what)})")
 
 
 # -- the C environment ---------------------------------------------------------------------
@@ -157,11 +212,11 @@ def _environ_reader() -> Any:
     except (OSError, ValueError, AttributeError):
         return None
 
+    size = ctypes.sizeof(ctypes.c_void_p)
+
     def signature(n: int) -> tuple[Any, ...]:
-        addr = var.value
-        if not addr:
-            return (None,)
-        return (addr, *(ctypes.c_void_p * (n + 1)).from_address(addr))
+        addr = var.value  # the pointers of n entries and the terminator, as bytes
+        return (addr, ctypes.string_at(addr, size * (n + 1)) if addr else b"")
 
     def decode() -> dict[bytes, bytes]:
         out: dict[bytes, bytes] = {}
@@ -214,6 +269,8 @@ def restore_c_environ(restored: list[str]) -> None:
 
 
 __all__ = [
+    "refresh_logging",
+    "refresh_module_attrs",
     "restore_c_environ",
     "restore_logging",
     "restore_module_attrs",
