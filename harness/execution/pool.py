@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import select
 import signal
 import subprocess
@@ -151,21 +152,33 @@ class WorkerHandle:
         for mod in () if spec.fresh else spec.preimport:
             argv += ["--preimport", mod]
         self._log: IO[bytes] = open(self.log_path, "ab")  # noqa: SIM115 - closed in close()
-        self.proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            env=env,
-            cwd=spec.cwd,
-            start_new_session=True,  # its own process group: killable as a whole, no Ctrl-C
-        )
+        # The worker signs every reply with this key, read from a pipe into memory that a fork
+        # does not copy: a child forked from it cannot answer for it (protocol.sign).
+        self._key = secrets.token_bytes(p.KEY_BYTES)
+        key_r, key_w = os.pipe()
+        os.write(key_w, self._key)
+        os.close(key_w)
+        env["HARNESS_REPLY_KEY_FD"] = str(key_r)
+        self.unsigned: list[str] = []  # lines some other process wrote into the protocol
+        try:
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._log,
+                env=env,
+                cwd=spec.cwd,
+                pass_fds=(key_r,),
+                start_new_session=True,  # its own process group: killable as a whole, no Ctrl-C
+            )
+        finally:
+            os.close(key_r)
         self.pid = self.proc.pid
         self._buf = b""
         self.attempts_served = 0
         try:
             line = self._read_line(spec.start_timeout_s)
-            ready = p.decode_reply(line, nonce=None, pid=self.pid)
+            ready = p.decode_reply(line, nonce=None, pid=self.pid, key=p.sign(self._key, ""))
         except p.ProtocolError as exc:
             self.kill()
             raise WorkerError(
@@ -279,15 +292,33 @@ class WorkerHandle:
         except (BrokenPipeError, OSError):
             rc = self._wait_exit()
             raise WorkerCrashed(describe_exit(rc), rc, "") from None
-        line = self._read_line(timeout)
-        try:
-            return p.decode_reply(line, nonce=msg.nonce, pid=self.pid, case_id=case_id, index=index)
-        except p.ProtocolError as exc:
-            self.kill()
-            raise ProtocolViolation(f"worker {self.pid} ({self.spec.group}): {exc}") from None
+        key = p.sign(self._key, msg.nonce)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._read_line(max(0.0, deadline - time.monotonic()))
+            except WorkerTimeout as exc:
+                raise WorkerTimeout(timeout, exc.stacks) from None
+            try:
+                reply = p.decode_reply(
+                    line, nonce=msg.nonce, pid=self.pid, case_id=case_id, index=index, key=key
+                )
+            except p.Unsigned as exc:
+                # Not the worker's answer: skip it and wait for the real one. The pool replaces
+                # this worker before its next attempt (see alive()).
+                self.unsigned.append(str(exc))
+                self._log.write(f"[harness] ignored: {exc}\n".encode())
+                self._log.flush()
+                continue
+            except p.ProtocolError as exc:
+                self.kill()
+                raise ProtocolViolation(f"worker {self.pid} ({self.spec.group}): {exc}") from None
+            return reply
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        """Running, and trusted with another attempt: no other process wrote into its
+        protocol (a worker whose protocol a child shared is replaced)."""
+        return self.proc.poll() is None and not self.unsigned
 
     def kill(self) -> None:
         """Kill the worker and anything it started (its own process group)."""

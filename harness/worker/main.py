@@ -21,6 +21,7 @@ import contextlib
 import faulthandler
 import gc
 import importlib.util
+import mmap
 import os
 import signal
 import sys
@@ -54,10 +55,39 @@ def _close_protocol_in_child() -> None:
         _proto_fd = None
 
 
+# The reply key, in a page that a fork hands the child zeroed (MADV_WIPEONFORK) or not at all
+# (MADV_DONTFORK); None where the manager gave none.
+_reply_key: memoryview | None = None
+_MADV_WIPEONFORK = 18  # Linux >= 4.14; not every Python's mmap names it
+
+
+def _load_reply_key() -> memoryview | None:
+    """Read the key the manager wrote into the pipe named by ``HARNESS_REPLY_KEY_FD`` straight
+    into a private page (no Python object ever holds it), then close the pipe."""
+    fd = os.environ.pop("HARNESS_REPLY_KEY_FD", None)
+    if fd is None:
+        return None
+    page = mmap.mmap(-1, mmap.PAGESIZE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    for advice in (getattr(mmap, "MADV_WIPEONFORK", _MADV_WIPEONFORK), mmap.MADV_DONTFORK):
+        try:
+            page.madvise(advice)
+            break
+        except (OSError, ValueError, AttributeError):
+            continue
+    try:
+        n = os.readv(int(fd), [page])
+    finally:
+        os.close(int(fd))
+    return memoryview(page)[:n]
+
+
 def _answer(out: IO[str], msg: p.Reply) -> None:
     if _in_forked_child():
         os._exit(0)
-    out.write(p.encode(msg))
+    key = None
+    if _reply_key is not None:
+        key = p.sign(_reply_key, str(getattr(msg, "nonce", "") or ""))
+    out.write(p.encode(msg, key=key))
     out.flush()
 
 
@@ -98,7 +128,7 @@ def _handle(msg: p.Request) -> p.Reply:
 
 
 def main(argv: list[str] | None = None) -> int:
-    global _WORKER_PID, _proto_fd
+    global _WORKER_PID, _proto_fd, _reply_key
     parser = argparse.ArgumentParser(prog="python -m harness.worker")
     parser.add_argument("--stackdump", required=True, help="file for faulthandler stack dumps")
     parser.add_argument(
@@ -106,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     _WORKER_PID = _getpid()
+    _reply_key = _load_reply_key()
 
     _proto_fd = os.dup(1)
     proto = os.fdopen(_proto_fd, "w", buffering=1, encoding="utf-8", closefd=False)

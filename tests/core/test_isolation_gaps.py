@@ -6,6 +6,7 @@ during the worker's garbage collection is in test_isolation (it needs a real wor
 
 from __future__ import annotations
 
+import json
 import logging
 import logging.config
 import os
@@ -15,9 +16,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from corecases import write_cases
+from isocases import ISOMOD
 
 from harness.worker.isolation import Guard, isolated
 
@@ -160,3 +164,43 @@ def test_os_putenv_is_put_back_in_the_c_environment() -> None:
         assert "HARNESS_PUTENV" not in os.environ
 
     _check(change, observe, "the C environment (os.putenv: HARNESS_PUTENV)")
+
+
+@pytest.mark.slow
+def test_a_child_forked_through_libc_that_fakes_the_workers_pid_cannot_answer(
+    project: Path,
+) -> None:
+    (project / "code" / "isomod.py").write_text(ISOMOD)
+    write_cases(
+        project,
+        "forge.toml",
+        '[[case]]\nid = "a-forge"\nkind = "loader"\ntarget = "isomod:libc_fork_forges"\n'
+        'retries = 0\n[[case]]\nid = "b-after"\nkind = "loader"\ntarget = "isomod:observe_pid"\n',
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "run",
+            "cases",
+            "--code-root",
+            "code",
+            "--run-id",
+            "forge",
+        ],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    doc = json.loads((project / "reports" / "forge" / "report.json").read_text())
+    cases = {c["id"]: c for c in doc["cases"]}
+    (forged,) = cases["a-forge"]["attempts"]
+    assert forged["status"] == "failed", (forged["status"], forged["error"], proc.stderr[-2000:])
+    assert "the real result" in forged["error"]["message"]
+    (after,) = cases["b-after"]["attempts"]
+    assert after["status"] == "passed" and after["worker_pid"] != forged["worker_pid"]
+    logs = "".join(f.read_text() for f in (project / "reports" / "forge" / "workers").glob("*.log"))
+    assert "ignored: a line not signed by the worker" in logs
