@@ -178,7 +178,7 @@ class WorkerHandle:
         self.attempts_served = 0
         try:
             line = self._read_line(spec.start_timeout_s)
-            ready = p.decode_reply(line, nonce=None, pid=self.pid, key=p.sign(self._key, ""))
+            ready = p.decode_reply(line, nonce=None, pid=self.pid, key=self._key)
         except p.ProtocolError as exc:
             self.kill()
             raise WorkerError(
@@ -292,7 +292,6 @@ class WorkerHandle:
         except (BrokenPipeError, OSError):
             rc = self._wait_exit()
             raise WorkerCrashed(describe_exit(rc), rc, "") from None
-        key = p.sign(self._key, msg.nonce)
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -301,7 +300,7 @@ class WorkerHandle:
                 raise WorkerTimeout(timeout, exc.stacks) from None
             try:
                 reply = p.decode_reply(
-                    line, nonce=msg.nonce, pid=self.pid, case_id=case_id, index=index, key=key
+                    line, nonce=msg.nonce, pid=self.pid, case_id=case_id, index=index, key=self._key
                 )
             except p.Unsigned as exc:
                 # Not the worker's answer: skip it and wait for the real one. The pool replaces

@@ -211,12 +211,14 @@ def encode(msg: Request | Reply, *, key: str | None = None) -> str:
     return json.dumps(json_safe(d), allow_nan=False, default=str) + "\n"
 
 
-def _parse(line: str | bytes, table: Mapping[str, type[Any]], key: str | None = None) -> Any:
+def _parse(line: str | bytes, table: Mapping[str, type[Any]], key: bytes | None = None) -> Any:
     try:
         d = json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"not a JSON line: {exc}: {str(line)[:200]!r}") from None
-    if key is not None and (not isinstance(d, dict) or d.get("key") != key):
+    if key is not None and (
+        not isinstance(d, dict) or d.get("key") != sign(key, str(d.get("nonce") or ""))
+    ):
         raise Unsigned(f"a line not signed by the worker: {str(line)[:200]!r}")
     if not isinstance(d, dict) or d.get("op") not in table:
         raise ProtocolError(f"unknown message {str(d)[:200]!r}")
@@ -242,10 +244,10 @@ def decode_reply(
     pid: int,
     case_id: str | None = None,
     index: int | None = None,
-    key: str | None = None,
+    key: bytes | None = None,
 ) -> Reply:
-    """Parse a reply and check that it answers this request from this worker (and, with
-    ``key``, that it carries that signature: :class:`Unsigned` otherwise)."""
+    """Parse a reply and check that it answers this request from this worker (and, with the
+    worker's reply ``key``, that it is signed with it: :class:`Unsigned` otherwise)."""
     msg: Reply = _parse(line, _REPLIES, key)
     if msg.pid != pid:
         raise ProtocolError(

@@ -204,3 +204,19 @@ def test_a_child_forked_through_libc_that_fakes_the_workers_pid_cannot_answer(
     assert after["status"] == "passed" and after["worker_pid"] != forged["worker_pid"]
     logs = "".join(f.read_text() for f in (project / "reports" / "forge" / "workers").glob("*.log"))
     assert "ignored: a line not signed by the worker" in logs
+
+
+def test_replies_are_checked_against_the_workers_key() -> None:
+    from harness.worker import protocol as p
+
+    key, other = b"k" * p.KEY_BYTES, b"\0" * p.KEY_BYTES
+    ready = p.Ready(pid=7)
+    assert p.decode_reply(p.encode(ready, key=p.sign(key, "")), nonce=None, pid=7, key=key)
+    for line in (p.encode(ready), p.encode(ready, key=p.sign(other, ""))):
+        with pytest.raises(p.Unsigned):
+            p.decode_reply(line, nonce=None, pid=7, key=key)
+    # signed, but for another request: a protocol error of the worker itself, not skipped
+    err = p.ErrorReply("old", 7, "boom")
+    with pytest.raises(p.ProtocolError) as info:
+        p.decode_reply(p.encode(err, key=p.sign(key, "old")), nonce="new", pid=7, key=key)
+    assert not isinstance(info.value, p.Unsigned)
