@@ -10,11 +10,17 @@ Restored (read cheaply before, put back only where it changed): ``os.environ``, 
 directory, umask, locale, ``sys.path`` / ``meta_path`` / ``path_hooks``, ``sys.modules``
 entries that the attempt replaced or removed, warnings filters, recursion limit, switch
 interval, trace and profile functions, ``sys`` hooks and streams, gc settings, resource
-limits, the handlers of every catchable signal and the signal mask (faulthandler is
+limits (every RLIMIT_*), CPU affinity, niceness, the default socket timeout, the C environment
+(``os.putenv``), ``logging``'s configuration and ``logging.disable``, the attributes of the
+modules the harness itself calls (``time``, ``os``, ``sys``, ``json``, ...: a replaced
+``time.perf_counter`` is put back), the handlers of every catchable signal and the signal mask
+(faulthandler is
 re-registered for SIGUSR1, which the manager needs for stack dumps, and for the fatal
 signals), interval timers, numpy's error state, error callback and print options, and torch's
 intra-op threads, default dtype, deterministic-algorithms mode, grad mode, float32 matmul
-precision, anomaly mode and its cudnn / cublas / mkldnn switches.
+precision, anomaly mode, flushed denormals and its cudnn / cublas / mkldnn switches. What a
+target's finalizers change while the worker collects its garbage counts as the attempt's own
+(the collection runs inside the attempt's isolation, after its stages were timed).
 
 Reported, worker replaced: file descriptors 0-2 closed or replaced (put back for the rest of
 this worker's life, but whatever now owns the old numbers is lost), any other torch global
@@ -24,8 +30,8 @@ not be set back, and what :mod:`.leftovers` finds still running: threads, child 
 (those are killed).
 
 Left alone, on purpose: modules the attempt really imported stay in ``sys.modules`` (removing
-one is not safe, see :mod:`.imports`), and attributes a target patches on a module are not
-seen. Random states are not snapshotted:
+one is not safe, see :mod:`.imports`), and attributes a target patches on other modules than
+the harness's own (:mod:`.process_state`) are not seen. Random states are not snapshotted:
 every attempt reseeds Python's ``random``, numpy's legacy global RNG and torch's default
 generators from its own seed before its target runs (:func:`.attempt.seed_everything`), so no
 state carries over. torch and numpy are looked at only where the worker had already imported
