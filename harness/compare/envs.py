@@ -175,6 +175,7 @@ def compare_environments(
             sides,
             cases_root=checkout if request.cases_from == "head" else None,
             what=f"{rev or 'the working tree'} in {base_env} (base) vs {head_env} (head)",
+            own_envs=True,
         )
     base, head = live.reports["base"].env, live.reports["head"].env
     return finish_comparison(

@@ -35,9 +35,12 @@ def judge_case(
     alpha: float = 0.05,
     rounds: int = 0,
     references: Path | None = None,
+    provenance: str | None = None,
 ) -> CaseComparison:
     """The comparison of one case; ``latency`` holds its (confirmed) stage verdicts and
-    ``references`` is the store the runs' quality checks read."""
+    ``references`` is the store the runs' quality checks read. ``provenance``: why a side did
+    not run its own code (:mod:`.provenance`), which makes the case ``not_comparable`` with
+    that reason first."""
     ref = head or base
     assert ref is not None, "judge_case needs at least one side"
     failures = failure_matrix(
@@ -64,8 +67,8 @@ def judge_case(
     else:
         l_verdict = "skipped" if failures.verdict == "skipped" else "missing"
         parts = [failures.verdict, q_verdict]
-    verdict = worst_verdict(parts)
-    reasons = []
+    verdict = "not_comparable" if provenance else worst_verdict(parts)
+    reasons = [provenance] if provenance else []
     if failures.reason and failures.verdict != "no_change":
         reasons.append(failures.reason)
     for f in quality:

@@ -35,6 +35,8 @@ from harness.compare.noise import (
     store_noise,
     uncalibrated,
 )
+from harness.compare.provenance import Origin
+from harness.compare.provenance import check as check_provenance
 from harness.compare.session import Session
 from harness.compare.sides import incomplete, load_errors
 from harness.compare.worktree import Checkouts, resolve
@@ -240,6 +242,7 @@ def run_live(
     what: str,
     aa: bool = False,
     noise_dir: Path | None = None,
+    own_envs: bool = False,
 ) -> Live:
     """Run the selected cases for both ``sides`` interleaved on this runner and judge them.
 
@@ -249,7 +252,9 @@ def run_live(
     one run folder per side, one verdict per case. ``what`` names the two sides in progress.
     With ``aa`` the calibrated noise is stored in ``<noise_dir>/<runner>.json``; otherwise
     it is read from ``noise_dir`` (default: ``request.noise_dir``), which the caller has
-    resolved away from head's tree (:func:`~harness.compare.noise.noise_dir_for`).
+    resolved away from head's tree (:func:`~harness.compare.noise.noise_dir_for`). Each side's
+    target must come from its checkout (with ``own_envs``, or its own environment), else the
+    case is ``not_comparable`` (:mod:`harness.compare.provenance`).
     """
     say = request.progress or (lambda _l: None)
     items, broken = _items(request, cases_root)
@@ -310,6 +315,10 @@ def run_live(
     cases = []
     for item in items:
         b, h = _find(reports["base"], item), _find(reports["head"], item)
+        origins = {
+            side: live_origin(spec, item, reports[side].env if own_envs else None)
+            for side, spec in sides.items()
+        }
         if aa:
             # one revision against itself: a detection is the rule's false alarm at this
             # runner's noise, never a regression (DESIGN: unconfirmed is ``suspect``)
@@ -340,6 +349,7 @@ def run_live(
                 references=request.references_root,
                 alpha=latency.alpha,
                 rounds=len({a.round for a in h.attempts if not a.warmup}),
+                provenance=check_provenance(b, h, origins),
             )
         )
     if aa and noise_file is not None:
@@ -448,6 +458,19 @@ def side_spec(
         cwd=str(Path.cwd()),
         rev=rev,
         repo=str(checkout),  # where a case's own code_root resolves
+    )
+
+
+def live_origin(spec: SideSpec, item: PlanItem, env: Mapping[str, Any] | None) -> Origin:
+    """Where a live side's target may come from: its checkout, its code roots and the case's
+    own code root, and with ``env`` (the side's environment record) its ``sys.prefix``."""
+    root = spec.case_root(item.case)
+    prefix = None
+    if env is not None and isinstance(env.get("python"), Mapping):
+        prefix = env["python"].get("prefix")
+    return Origin.of(
+        [spec.repo, *spec.code_roots, str(root) if root else None],
+        prefix if isinstance(prefix, str) else None,
     )
 
 

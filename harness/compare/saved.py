@@ -14,6 +14,8 @@ from pathlib import Path
 from harness.compare.envdiff import env_diff, env_differences
 from harness.compare.judge import judge_case
 from harness.compare.latency import decide_stages
+from harness.compare.provenance import check as check_provenance
+from harness.compare.provenance import origin_from_env
 from harness.compare.run import (
     CompareRequest,
     latency_settings,
@@ -60,6 +62,11 @@ def compare_reports(
     ).against(env_digest(reports["base"].env))
     # one batch, no confirmation: the family is held at alpha itself
     latency = replace(latency_settings(request, calibration), confirm=False)
+    # each side's target must come from its own checkout (or, when the environments differ
+    # and that is allowed, its own environment): harness.compare.provenance
+    origins = {
+        side: origin_from_env(rep.env, own_env=bool(differences)) for side, rep in reports.items()
+    }
     head_cases = {(c.id, c.platform): c for c in reports["head"].cases}
     base_cases = {(c.id, c.platform): c for c in reports["base"].cases}
     cases = []
@@ -83,6 +90,7 @@ def compare_reports(
             references=request.references_root,
             alpha=latency.alpha,
             rounds=len(h.attempts) if h else 0,
+            provenance=check_provenance(b, h, origins),
         )
         if not comparable:
             c = replace(

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from harness.errors import ProfileError
-from harness.execution.pool import WorkerSpec
+from harness.execution.pool import WorkerSpec, import_env
 from harness.model import Side
 from harness.platforms.devices import check_device_count, count_devices, device_slot
 from harness.platforms.profile import Profile
@@ -64,9 +64,7 @@ class DeviceAssignment:
             return
         if prof.device_count < 2:
             return
-        env = dict(os.environ)
-        paths = [*code_roots, env.get("PYTHONPATH", "")]
-        env["PYTHONPATH"] = os.pathsep.join(x for x in paths if x)
+        env = import_env(code_roots, os.environ)
         found = count_devices(prof.platform, python=python, env=env)
         ok, msg = check_device_count(prof.source, prof.platform, prof.device_count, found)
         self.check = msg

@@ -110,6 +110,8 @@ class PairedRunner(Runner):
         for side, spec in self.sides.items():
             env = dict(self.executor.env.get(side) or {"error": "no worker started"})
             env["code_roots"] = list(spec.code_roots)
+            if spec.repo is not None:
+                env["checkout"] = spec.repo
             if spec.rev is not None:
                 env["rev"] = spec.rev
             out[side] = RunReport(

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import select
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
@@ -29,6 +31,36 @@ from harness.worker import protocol as p
 # the first attempt's duration and lets the worker seed torch before every attempt.
 DEFAULT_PREIMPORT: tuple[str, ...] = ("numpy", "torch")
 STARTUP_TIMEOUT_S = 120.0
+
+
+def import_env(code_roots: Sequence[str], environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` with ``code_roots`` first on ``PYTHONPATH``, ahead of what it held."""
+    env = dict(environ)
+    paths = [*code_roots, env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(x for x in paths if x)
+    return env
+
+
+def _harness_root() -> str | None:
+    """The folder this harness was imported from, when it is a source tree rather than an
+    installed environment's site folder (which must never leak into another interpreter)."""
+    root = Path(__file__).resolve().parents[2]
+    return None if root.name in ("site-packages", "dist-packages") else str(root)
+
+
+def worker_argv(python: str) -> list[str]:
+    """How ``python`` starts the worker so that the code under test comes only from the import
+    path it is given (code provenance, DESIGN.md): ``-P`` keeps the working folder (the working
+    tree, in a comparison run from it) off ``sys.path``, where ``python -m`` would put it first,
+    so ``PYTHONPATH`` (the side's code roots first) leads, then the interpreter's own
+    environment. The harness's own source folder, when it runs from one, comes last, so that
+    the harness imports in the worker without shadowing anything."""
+    root = _harness_root()
+    boot = "import sys\n"
+    if root is not None:
+        boot += f"sys.path.append({root!r})\n"
+    boot += "from harness.worker.main import main\nsys.exit(main())\n"
+    return [python, "-P", "-c", boot]
 
 
 class WorkerTimeout(Exception):
@@ -111,32 +143,42 @@ class WorkerHandle:
         self.log_path = log_dir / f"{stem}.log"
         self.dump_path = log_dir / f"{stem}.stacks"
         self.dump_path.touch()
-        env = dict(os.environ)
-        paths = [*spec.code_roots, env.get("PYTHONPATH", "")]
-        env["PYTHONPATH"] = os.pathsep.join(x for x in paths if x)
+        env = import_env(spec.code_roots, os.environ)
         env["HARNESS_PLATFORM"] = spec.platform
         env["HARNESS_MANAGER_PID"] = str(os.getpid())
         env.update(spec.pin_env())
         env.update(dict(spec.extra_env))
-        argv = [spec.python, "-m", "harness.worker", "--stackdump", str(self.dump_path)]
+        argv = [*worker_argv(spec.python), "--stackdump", str(self.dump_path)]
         for mod in () if spec.fresh else spec.preimport:
             argv += ["--preimport", mod]
         self._log: IO[bytes] = open(self.log_path, "ab")  # noqa: SIM115 - closed in close()
-        self.proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            env=env,
-            cwd=spec.cwd,
-            start_new_session=True,  # its own process group: killable as a whole, no Ctrl-C
-        )
+        # The worker signs every reply with this key, read from a pipe into memory that a fork
+        # does not copy: a child forked from it cannot answer for it (protocol.sign).
+        self._key = secrets.token_bytes(p.KEY_BYTES)
+        key_r, key_w = os.pipe()
+        os.write(key_w, self._key)
+        os.close(key_w)
+        env["HARNESS_REPLY_KEY_FD"] = str(key_r)
+        self.unsigned: list[str] = []  # lines some other process wrote into the protocol
+        try:
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._log,
+                env=env,
+                cwd=spec.cwd,
+                pass_fds=(key_r,),
+                start_new_session=True,  # its own process group: killable as a whole, no Ctrl-C
+            )
+        finally:
+            os.close(key_r)
         self.pid = self.proc.pid
         self._buf = b""
         self.attempts_served = 0
         try:
             line = self._read_line(spec.start_timeout_s)
-            ready = p.decode_reply(line, nonce=None, pid=self.pid)
+            ready = p.decode_reply(line, nonce=None, pid=self.pid, key=self._key)
         except p.ProtocolError as exc:
             self.kill()
             raise WorkerError(
@@ -250,15 +292,32 @@ class WorkerHandle:
         except (BrokenPipeError, OSError):
             rc = self._wait_exit()
             raise WorkerCrashed(describe_exit(rc), rc, "") from None
-        line = self._read_line(timeout)
-        try:
-            return p.decode_reply(line, nonce=msg.nonce, pid=self.pid, case_id=case_id, index=index)
-        except p.ProtocolError as exc:
-            self.kill()
-            raise ProtocolViolation(f"worker {self.pid} ({self.spec.group}): {exc}") from None
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._read_line(max(0.0, deadline - time.monotonic()))
+            except WorkerTimeout as exc:
+                raise WorkerTimeout(timeout, exc.stacks) from None
+            try:
+                reply = p.decode_reply(
+                    line, nonce=msg.nonce, pid=self.pid, case_id=case_id, index=index, key=self._key
+                )
+            except p.Unsigned as exc:
+                # Not the worker's answer: skip it and wait for the real one. The pool replaces
+                # this worker before its next attempt (see alive()).
+                self.unsigned.append(str(exc))
+                self._log.write(f"[harness] ignored: {exc}\n".encode())
+                self._log.flush()
+                continue
+            except p.ProtocolError as exc:
+                self.kill()
+                raise ProtocolViolation(f"worker {self.pid} ({self.spec.group}): {exc}") from None
+            return reply
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        """Running, and trusted with another attempt: no other process wrote into its
+        protocol (a worker whose protocol a child shared is replaced)."""
+        return self.proc.poll() is None and not self.unsigned
 
     def kill(self) -> None:
         """Kill the worker and anything it started (its own process group)."""

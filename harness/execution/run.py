@@ -97,6 +97,13 @@ def check_run_id(run_id: str) -> str:
     return run_id
 
 
+def run_import_roots(options: RunOptions) -> tuple[str, ...]:
+    """The workers' import path of a run: its code roots, then the folder it runs in (where
+    ``python -m`` would have found a package at the repository root)."""
+    cwd = str(Path(options.cwd or Path.cwd()).resolve())
+    return (*options.code_roots, *([cwd] if cwd not in options.code_roots else []))
+
+
 class Runner:
     """Runs plan items for one side; one instance per run."""
 
@@ -122,7 +129,9 @@ class Runner:
         self.executor = Executor(
             run_dir=self.run_dir,
             profile=options.profile,
-            sides={side: SideSpec(side, options.code_roots, cwd=options.cwd)},
+            # A run's code is its working folder's: import roots first, then the folder itself
+            # (a comparison's sides get their checkouts' roots only: code provenance).
+            sides={side: SideSpec(side, run_import_roots(options), cwd=options.cwd)},
             references_root=options.references_root,
             preimport=options.preimport,
             say=self._say,
@@ -337,9 +346,11 @@ class Runner:
         """Close workers and the journal; the report of everything that happened."""
         self.executor.close()
         self.journal.close()
-        env = self.executor.env.get(self.side) or {
-            "error": "no worker started; environment not collected"
-        }
+        env = dict(
+            self.executor.env.get(self.side)
+            or {"error": "no worker started; environment not collected"}
+        )
+        env["code_roots"] = list(self.executor.sides[self.side].code_roots)
         return RunReport(
             run_id=self.run_id,
             started_at=self.started_at,

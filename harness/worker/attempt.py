@@ -31,6 +31,9 @@ from harness.probe.clocks import perf_counter, process_time
 from harness.probe.sched import CLOCKS
 from harness.worker.protocol import AttemptJob
 
+# Captured at import: a target that replaces os.getpid must not fool the worker's own checks.
+_getpid = os.getpid
+
 
 def seed_everything(seed: int) -> None:
     """Seed Python's random, numpy and torch from the case seed.
@@ -240,7 +243,7 @@ def _skipped(job: AttemptJob, missing: list[str]) -> Attempt:
         repeat=job.repeat,
         notes={"harness.skipped": reason},
         error=ErrorInfo.make("MissingRequirement", reason),
-        worker_pid=os.getpid(),
+        worker_pid=_getpid(),
         started_at=dt.datetime.now(dt.UTC).isoformat(),
         fresh_process=job.case.fresh_process,
         side=job.side,  # type: ignore[arg-type]
@@ -266,7 +269,7 @@ def run_attempt(job: AttemptJob) -> Attempt:
     rec = probe._begin(seed, platform, output_dir, device=stage_device(platform), info=job.identity)
     status = "passed"
     error: ErrorInfo | None = None
-    pid = os.getpid()
+    pid = _getpid()
     # The attempt's run-queue delay, beside its duration (the threads listed afresh).
     threads = CLOCKS.sample(relist=True)
     cpu0 = process_time()
@@ -282,11 +285,12 @@ def run_attempt(job: AttemptJob) -> Attempt:
             # Which file the target really came from: a comparison shows (and tests) that
             # base and head imported their own checkouts, not one installed copy.
             module = sys.modules.get(getattr(fn, "__module__", "") or "")
-            probe.note("harness.target_file", str(getattr(module, "__file__", None)))
+            file = getattr(module, "__file__", None)
+            probe.note("harness.target_file", os.path.abspath(file) if file else "None")
             try:
                 fn(**dict(case.params))
             finally:
-                if os.getpid() != pid:
+                if _getpid() != pid:
                     # A child the target forked returned from it: it is not the worker, so it
                     # must not record, check or answer anything. Leave at once, with the exit
                     # status Python would have given it (the target may wait for it).
@@ -363,7 +367,7 @@ def run_attempt(job: AttemptJob) -> Attempt:
         checks=tuple(checks),
         error=error,
         duration_s=duration,
-        worker_pid=os.getpid(),
+        worker_pid=_getpid(),
         started_at=started,
         fresh_process=case.fresh_process,
         side=job.side,  # type: ignore[arg-type]

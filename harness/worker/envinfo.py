@@ -104,6 +104,7 @@ def collect_env(code_root: Path | None) -> dict[str, Any]:
             "version": _platform.python_version(),
             "implementation": _platform.python_implementation(),
             "executable": sys.executable,
+            "prefix": sys.prefix,
         },
         "platform": {
             "os": _platform.system(),

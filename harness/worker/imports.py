@@ -76,6 +76,7 @@ def _dict_version_reader() -> Callable[[dict[str, Any]], int] | None:
 
 
 _dict_version = _dict_version_reader()
+dict_version = _dict_version  # for the other tables that check a dict cheaply
 
 
 def modules_version() -> int | None:

@@ -10,11 +10,17 @@ Restored (read cheaply before, put back only where it changed): ``os.environ``, 
 directory, umask, locale, ``sys.path`` / ``meta_path`` / ``path_hooks``, ``sys.modules``
 entries that the attempt replaced or removed, warnings filters, recursion limit, switch
 interval, trace and profile functions, ``sys`` hooks and streams, gc settings, resource
-limits, the handlers of every catchable signal and the signal mask (faulthandler is
+limits (every RLIMIT_*), CPU affinity, niceness, the default socket timeout, the C environment
+(``os.putenv``), ``logging``'s configuration and ``logging.disable``, the attributes of the
+modules the harness itself calls (``time``, ``os``, ``sys``, ``json``, ...: a replaced
+``time.perf_counter`` is put back), the handlers of every catchable signal and the signal mask
+(faulthandler is
 re-registered for SIGUSR1, which the manager needs for stack dumps, and for the fatal
 signals), interval timers, numpy's error state, error callback and print options, and torch's
 intra-op threads, default dtype, deterministic-algorithms mode, grad mode, float32 matmul
-precision, anomaly mode and its cudnn / cublas / mkldnn switches.
+precision, anomaly mode, flushed denormals and its cudnn / cublas / mkldnn switches. What a
+target's finalizers change while the worker collects its garbage counts as the attempt's own
+(the collection runs inside the attempt's isolation, after its stages were timed).
 
 Reported, worker replaced: file descriptors 0-2 closed or replaced (put back for the rest of
 this worker's life, but whatever now owns the old numbers is lost), any other torch global
@@ -24,8 +30,8 @@ not be set back, and what :mod:`.leftovers` finds still running: threads, child 
 (those are killed).
 
 Left alone, on purpose: modules the attempt really imported stay in ``sys.modules`` (removing
-one is not safe, see :mod:`.imports`), and attributes a target patches on a module are not
-seen. Random states are not snapshotted:
+one is not safe, see :mod:`.imports`), and attributes a target patches on other modules than
+the harness's own (:mod:`.process_state`) are not seen. Random states are not snapshotted:
 every attempt reseeds Python's ``random``, numpy's legacy global RNG and torch's default
 generators from its own seed before its target runs (:func:`.attempt.seed_everything`), so no
 state carries over. torch and numpy are looked at only where the worker had already imported
@@ -52,7 +58,7 @@ from dataclasses import dataclass, field, replace
 from typing import IO, Any
 
 from harness.model import Attempt, ErrorInfo
-from harness.worker import imports
+from harness.worker import imports, process_state
 from harness.worker.knobs import (
     INTERPRETER,
     Knob,
@@ -64,6 +70,9 @@ from harness.worker.knobs import (
 )
 from harness.worker.leftovers import Leftovers
 from harness.worker.protocol import AttemptJob
+
+# Captured at import: a target that replaces os.getpid must not fool the worker's own checks.
+_getpid = os.getpid
 
 
 @dataclass
@@ -172,6 +181,8 @@ class _Snapshot:
     watched: tuple[Watched, ...]
     watched_saved: list[Any]
     tables: tuple[object, object]  # numpy's and torch's tables, to tell when one appeared
+    module_attrs: process_state.ModuleAttrs = field(default_factory=list)
+    logging: process_state.LoggingState = None
 
 
 def _environ() -> dict[Any, Any]:
@@ -191,7 +202,7 @@ def forget() -> None:
 
 def _take() -> _Snapshot:
     last, tables = _last, (numpy_knobs(), torch_knobs())
-    if last is not None and last.pid == os.getpid() and all(map(operator.is_, last.tables, tables)):
+    if last is not None and last.pid == _getpid() and all(map(operator.is_, last.tables, tables)):
         # Restored to exactly this; only what an attempt may add to is read again.
         return replace(
             last,
@@ -199,11 +210,13 @@ def _take() -> _Snapshot:
             lists=imports.lists(),
             modules=imports.modules(),
             modules_version=imports.modules_version(),
+            module_attrs=process_state.refresh_module_attrs(last.module_attrs),
+            logging=process_state.refresh_logging(last.logging),
         )
     torch_restored, watched = torch_knobs()
     extra = numpy_knobs() + torch_restored
     return _Snapshot(
-        pid=os.getpid(),
+        pid=_getpid(),
         leftovers=Leftovers.take(),
         env=_environ(),
         knobs=read(INTERPRETER),
@@ -219,6 +232,8 @@ def _take() -> _Snapshot:
         watched=watched,
         watched_saved=read(watched),
         tables=tables,
+        module_attrs=process_state.take_module_attrs(),
+        logging=process_state.take_logging(),
     )
 
 
@@ -313,8 +328,14 @@ def _restore(snap: _Snapshot, guard: Guard) -> None:
     lists = (guard.restored, guard.violations)
     steps: tuple[tuple[str, Callable[[], None]], ...] = (
         ("threads and child processes", lambda: guard.violations.extend(snap.leftovers.find())),
+        (
+            "module attributes",
+            lambda: process_state.restore_module_attrs(snap.module_attrs, guard.restored),
+        ),
         ("file descriptors 0-2", lambda: _restore_fds(snap, guard)),
         ("the environment", lambda: _restore_env(snap.env, guard)),
+        ("the C environment", lambda: process_state.restore_c_environ(guard.restored)),
+        ("logging", lambda: process_state.restore_logging(snap.logging, guard.restored)),
         ("interpreter settings", lambda: put_back(INTERPRETER, snap.knobs, *lists)),
         ("import paths", lambda: imports.restore_lists(snap.lists, guard.restored)),
         (
@@ -346,7 +367,7 @@ def isolated(job: AttemptJob | None = None) -> Iterator[Guard]:
     try:
         yield guard
     finally:
-        if os.getpid() == snap.pid:
+        if _getpid() == snap.pid:
             _restore(snap, guard)
             _last = snap if _reuse and not guard.violations else None
 

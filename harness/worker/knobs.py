@@ -91,20 +91,46 @@ def _rlimit(name: str) -> Knob:
 
 
 # A lowered limit (RLIMIT_AS, say) would fail the next case for no reason of its own; a raised
-# hard limit cannot be lowered back by an unprivileged process, which put_back reports.
+# hard limit cannot be lowered back by an unprivileged process, which put_back reports. Every
+# limit this platform has (RLIMIT_NPROC, RLIMIT_MEMLOCK, RLIMIT_NICE, ... too).
 INTERPRETER += tuple(
     _rlimit(n)
-    for n in (
-        "RLIMIT_AS",
-        "RLIMIT_CORE",
-        "RLIMIT_CPU",
-        "RLIMIT_DATA",
-        "RLIMIT_FSIZE",
-        "RLIMIT_NOFILE",
-        "RLIMIT_STACK",
-    )
-    if resource is not None and hasattr(resource, n)
+    for n in sorted(dir(resource) if resource is not None else ())
+    if n.startswith("RLIMIT_") and n != "RLIMIT_OFILE"  # an alias of RLIMIT_NOFILE
 )
+
+
+def _socket_timeout() -> Any:
+    sock = sys.modules.get("socket")  # looked at only once imported
+    return sock.getdefaulttimeout() if sock is not None else None
+
+
+def _set_socket_timeout(value: Any) -> None:
+    sock = sys.modules.get("socket")
+    if sock is not None:
+        sock.setdefaulttimeout(value)
+
+
+# The scheduler's view of the process: CPUs it may run on (os.sched_setaffinity) and its
+# niceness (os.nice; lowering it back needs privilege, else put_back reports it); and the
+# default timeout of every new socket.
+INTERPRETER += (("socket.getdefaulttimeout()", _socket_timeout, _set_socket_timeout),)
+if hasattr(os, "sched_getaffinity"):
+    INTERPRETER += (
+        (
+            "os.sched_getaffinity(0)",
+            lambda: os.sched_getaffinity(0),
+            lambda v: os.sched_setaffinity(0, v),
+        ),
+    )
+if hasattr(os, "getpriority"):
+    INTERPRETER += (
+        (
+            "os.nice() (the process's niceness)",
+            lambda: os.getpriority(os.PRIO_PROCESS, 0),
+            lambda v: os.setpriority(os.PRIO_PROCESS, 0, v),
+        ),
+    )
 
 # torch.backends switches that torch._C can read and write as _get_<name> / _set_<name>.
 _TORCH_SWITCHES: tuple[tuple[str, str], ...] = (
@@ -204,6 +230,18 @@ def put_back(
             )
 
 
+# A subnormal float: a product that keeps it shows the FPU does not flush denormals to zero
+# (torch.set_flush_denormal sets the FTZ/DAZ bits of the thread; torch has no getter). Module
+# globals, so that the product is computed at run time, on the FPU, not folded at compile time.
+_SUBNORMAL = 5e-324
+_ONE = 1.0
+
+
+def denormals_flushed() -> bool:
+    """Whether this thread's FPU flushes denormals to zero."""
+    return _SUBNORMAL * _ONE == 0.0
+
+
 def numpy_knobs() -> tuple[Knob, ...]:
     """numpy's error state, error callback and print options (empty when numpy is not in)."""
     np = sys.modules.get("numpy")
@@ -252,6 +290,7 @@ def _torch_knobs(torch: Any) -> tuple[tuple[Knob, ...], tuple[Watched, ...]]:
             torch.set_float32_matmul_precision,
         ),
         ("torch.is_anomaly_enabled()", anomaly, lambda v: torch.set_anomaly_enabled(*v)),
+        ("torch.set_flush_denormal()", denormals_flushed, torch.set_flush_denormal),
     ]
     for label, name in _TORCH_SWITCHES:
         get, put = getattr(c, f"_get_{name}", None), getattr(c, f"_set_{name}", None)

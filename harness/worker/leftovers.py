@@ -29,6 +29,10 @@ import threading
 import time
 from dataclasses import dataclass
 
+# Captured at import: a target that replaces os.getpid must not fool the worker's own checks.
+_getpid = os.getpid
+_monotonic = time.monotonic
+
 GRACE_S = 0.5  # how long leftovers get to end by themselves once the target has returned
 _MAX_ROUNDS = 16  # kill rounds: each kill can reparent grandchildren to the worker
 _PR_SET_CHILD_SUBREAPER = 36
@@ -66,7 +70,7 @@ def children() -> set[int]:
     """Pids of this process's children, live or zombie (empty where /proc is not there)."""
     if not sys.platform.startswith("linux") or not _has_children():
         return set()
-    me = os.getpid()
+    me = _getpid()
     # Children hang off the thread that forked them; orphans go to the main thread.
     tids = {me, *(t.native_id for t in threading.enumerate() if t.native_id is not None)}
     pids: set[int] = set()
@@ -140,7 +144,7 @@ class Leftovers:
 
     def find(self, grace_s: float = GRACE_S) -> list[str]:
         """What the attempt left running, one sentence each; its child processes are killed."""
-        deadline = time.monotonic() + grace_s
+        deadline = _monotonic() + grace_s
         found = self._threads(deadline)
         found += self._children(deadline)
         return found
@@ -154,14 +158,14 @@ class Leftovers:
             and (type(t).__module__, type(t).__qualname__) not in BENIGN_THREADS
         ]
         for t in new:
-            t.join(max(0.0, deadline - time.monotonic()))
+            t.join(max(0.0, deadline - _monotonic()))
         return [_describe_thread(t) for t in new if t.is_alive()]
 
     def _children(self, deadline: float) -> list[str]:
         found: list[str] = []
         for _ in range(_MAX_ROUNDS):
             live = {pid for pid in children() - self.children if not _reaped(pid)}
-            while live and time.monotonic() < deadline:
+            while live and _monotonic() < deadline:
                 time.sleep(0.01)
                 live = {pid for pid in live if not _reaped(pid)}
             if not live:

@@ -21,6 +21,7 @@ import contextlib
 import faulthandler
 import gc
 import importlib.util
+import mmap
 import os
 import signal
 import sys
@@ -34,12 +35,15 @@ from harness.worker.isolation import forget as forget_snapshot
 from harness.worker.isolation import isolated
 from harness.worker.leftovers import become_subreaper
 
-_WORKER_PID = os.getpid()
+# Captured at import: a target that replaces os.getpid must not fool the worker's own checks.
+_getpid = os.getpid
+
+_WORKER_PID = _getpid()
 _proto_fd: int | None = None
 
 
 def _in_forked_child() -> bool:
-    return os.getpid() != _WORKER_PID
+    return _getpid() != _WORKER_PID
 
 
 def _close_protocol_in_child() -> None:
@@ -51,22 +55,55 @@ def _close_protocol_in_child() -> None:
         _proto_fd = None
 
 
+# The reply key, in a page that a fork hands the child zeroed (MADV_WIPEONFORK) or not at all
+# (MADV_DONTFORK); None where the manager gave none.
+_reply_key: memoryview | None = None
+_MADV_WIPEONFORK = 18  # Linux >= 4.14; not every Python's mmap names it
+
+
+def _load_reply_key() -> memoryview | None:
+    """Read the key the manager wrote into the pipe named by ``HARNESS_REPLY_KEY_FD`` straight
+    into a private page (no Python object ever holds it), then close the pipe."""
+    fd = os.environ.pop("HARNESS_REPLY_KEY_FD", None)
+    if fd is None:
+        return None
+    page = mmap.mmap(-1, mmap.PAGESIZE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    for advice in (getattr(mmap, "MADV_WIPEONFORK", _MADV_WIPEONFORK), mmap.MADV_DONTFORK):
+        try:
+            page.madvise(advice)
+            break
+        except (OSError, ValueError, AttributeError):
+            continue
+    try:
+        n = os.readv(int(fd), [page])
+    finally:
+        os.close(int(fd))
+    return memoryview(page)[:n]
+
+
 def _answer(out: IO[str], msg: p.Reply) -> None:
     if _in_forked_child():
         os._exit(0)
-    out.write(p.encode(msg))
+    key = None
+    if _reply_key is not None:
+        key = p.sign(_reply_key, str(getattr(msg, "nonce", "") or ""))
+    out.write(p.encode(msg, key=key))
     out.flush()
 
 
 def _handle(msg: p.Request) -> p.Reply:
-    pid = os.getpid()
+    pid = _getpid()
     if isinstance(msg, p.AttemptRequest):
+        modules = len(sys.modules)
         from harness.worker.attempt import run_attempt
 
         with isolated(msg.job) as guard:
             attempt = run_attempt(msg.job)
-        if _in_forked_child():
-            os._exit(0)  # a target forked and this is the child returning: never answer
+            if _in_forked_child():
+                os._exit(0)  # a target forked and this is the child returning: never answer
+            # Inside the isolation: what the target's finalizers (__del__, weakref.finalize)
+            # change while its garbage is collected is put back, or fails this case.
+            _collect_garbage(imported=len(sys.modules) > modules)
         attempt = guard.apply(attempt)
         return p.AttemptReply(
             nonce=msg.nonce,
@@ -91,14 +128,15 @@ def _handle(msg: p.Request) -> p.Reply:
 
 
 def main(argv: list[str] | None = None) -> int:
-    global _WORKER_PID, _proto_fd
+    global _WORKER_PID, _proto_fd, _reply_key
     parser = argparse.ArgumentParser(prog="python -m harness.worker")
     parser.add_argument("--stackdump", required=True, help="file for faulthandler stack dumps")
     parser.add_argument(
         "--preimport", action="append", default=[], help="module to import at start-up (e.g. torch)"
     )
     args = parser.parse_args(argv)
-    _WORKER_PID = os.getpid()
+    _WORKER_PID = _getpid()
+    _reply_key = _load_reply_key()
 
     _proto_fd = os.dup(1)
     proto = os.fdopen(_proto_fd, "w", buffering=1, encoding="utf-8", closefd=False)
@@ -123,12 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     if threads and "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(int(threads))
     _settle_heap()
-    _answer(proto, p.Ready(pid=os.getpid()))
+    _answer(proto, p.Ready(pid=_getpid()))
     for line in requests:
         if not line.strip():
             continue
         nonce = ""
-        modules = len(sys.modules)
         try:
             msg = p.decode_request(line)
             nonce = msg.nonce
@@ -141,19 +178,19 @@ def main(argv: list[str] | None = None) -> int:
         except (Exception, KeyboardInterrupt, SystemExit) as exc:  # a bug of the harness itself
             forget_snapshot()
             reply = p.ErrorReply(
-                nonce, os.getpid(), f"{type(exc).__name__}: {exc}", traceback.format_exc()
+                nonce, _getpid(), f"{type(exc).__name__}: {exc}", traceback.format_exc()
             )
         try:
             _answer(proto, reply)
         except ValueError as exc:  # e.g. an unserializable value: never let the protocol break
-            _answer(proto, p.ErrorReply(nonce, os.getpid(), f"unserializable reply: {exc}"))
-        if isinstance(reply, p.AttemptReply):
-            _collect_garbage(imported=len(sys.modules) > modules)
+            _answer(proto, p.ErrorReply(nonce, _getpid(), f"unserializable reply: {exc}"))
     return 0
 
 
 def _collect_garbage(*, imported: bool) -> None:
-    """A full collection after each attempt, once its reply is sent. Targets leave reference
+    """A full collection after each attempt, before its state is restored and its reply is
+    sent (so that what finalizers change is put back like the target's own changes; the
+    stages were timed already). Targets leave reference
     cycles behind (a diffusers pipeline's modules are one: ~220 of them per build), which only
     the cyclic collector frees. Left to the collector's own schedule, a full collection lands
     inside some later attempt, timed as that case's stages and paid for the garbage of the

@@ -3,7 +3,10 @@
 Every request carries a ``nonce``; every reply echoes it with the worker's pid (and, for an
 attempt, the case id and attempt index). The manager accepts a reply only when all of them
 match, so a process that is not the worker it started (a forked child that returned from a
-target, say) can never answer for it: anything unexpected is a :class:`ProtocolError`.
+target, say) can never answer for it: anything unexpected is a :class:`ProtocolError`. Each
+reply is also signed (:func:`sign`) with a key the worker keeps in memory that a fork does not
+copy (Linux ``MADV_WIPEONFORK``), so a child forked through libc that fakes the worker's pid
+and returns into its loop still cannot answer: its lines are :class:`Unsigned`, and skipped.
 
 Example::
 
@@ -13,6 +16,7 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -181,20 +185,41 @@ _REPLIES: dict[str, type[Any]] = {
 }
 
 
-def encode(msg: Request | Reply) -> str:
-    """One line of JSON (non-finite floats spelled as strings), newline included."""
+class Unsigned(ProtocolError):
+    """A reply line without the worker's signature: some other process (a child forked from
+    the worker that did not close its copy of the protocol) wrote it."""
+
+
+# How many random bytes a worker's reply key has (handed over a pipe at start, see pool).
+KEY_BYTES = 32
+
+
+def sign(key: bytes | memoryview, nonce: str) -> str:
+    """The signature of the reply to request ``nonce`` under a worker's reply ``key``."""
+    return hashlib.blake2b(nonce.encode(), key=key, digest_size=16).hexdigest()
+
+
+def encode(msg: Request | Reply, *, key: str | None = None) -> str:
+    """One line of JSON (non-finite floats spelled as strings), newline included; a reply
+    carries its signature ``key`` (:func:`sign`) when the worker has one."""
     d: dict[str, Any] = {}
     for name in msg.__dataclass_fields__:
         v = getattr(msg, name)
         d[name] = v.to_json() if isinstance(v, AttemptJob) else v
+    if key is not None:
+        d["key"] = key
     return json.dumps(json_safe(d), allow_nan=False, default=str) + "\n"
 
 
-def _parse(line: str | bytes, table: Mapping[str, type[Any]]) -> Any:
+def _parse(line: str | bytes, table: Mapping[str, type[Any]], key: bytes | None = None) -> Any:
     try:
         d = json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"not a JSON line: {exc}: {str(line)[:200]!r}") from None
+    if key is not None and (
+        not isinstance(d, dict) or d.get("key") != sign(key, str(d.get("nonce") or ""))
+    ):
+        raise Unsigned(f"a line not signed by the worker: {str(line)[:200]!r}")
     if not isinstance(d, dict) or d.get("op") not in table:
         raise ProtocolError(f"unknown message {str(d)[:200]!r}")
     cls = table[d["op"]]
@@ -219,9 +244,11 @@ def decode_reply(
     pid: int,
     case_id: str | None = None,
     index: int | None = None,
+    key: bytes | None = None,
 ) -> Reply:
-    """Parse a reply and check that it answers this request from this worker."""
-    msg: Reply = _parse(line, _REPLIES)
+    """Parse a reply and check that it answers this request from this worker (and, with the
+    worker's reply ``key``, that it is signed with it: :class:`Unsigned` otherwise)."""
+    msg: Reply = _parse(line, _REPLIES, key)
     if msg.pid != pid:
         raise ProtocolError(
             f"reply from pid {msg.pid}, but the worker is pid {pid} (a forked child answered?)"
@@ -239,6 +266,7 @@ def decode_reply(
 
 
 __all__ = [
+    "KEY_BYTES",
     "AttemptJob",
     "AttemptReply",
     "AttemptRequest",
@@ -252,7 +280,9 @@ __all__ = [
     "Ready",
     "Reply",
     "Request",
+    "Unsigned",
     "decode_reply",
     "decode_request",
     "encode",
+    "sign",
 ]

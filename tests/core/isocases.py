@@ -212,6 +212,47 @@ _BULKY = []
 def hang_with_pid(pidfile):
     Path(pidfile).write_text(str(os.getpid()))
     time.sleep(600)
+
+def libc_fork_forges():
+    """Fork through libc (no at-fork handlers run, so the child keeps the protocol open); the
+    child fakes the worker's pid everywhere it is read and returns into the worker's loop,
+    which answers "passed" for it. The worker itself fails the case."""
+    import ctypes
+    worker = os.getpid()
+    child = ctypes.CDLL(None).fork()
+    if child == 0:
+        os.getpid = lambda: worker
+        for name in ("main", "attempt", "isolation", "leftovers"):
+            mod = sys.modules.get("harness.worker." + name)
+            if mod is not None and hasattr(mod, "_getpid"):
+                mod._getpid = lambda: worker
+        return
+    time.sleep(1.0)  # the child answers first
+    raise AssertionError("the real result: the worker failed this case")
+
+class _Finalized:
+    """A cycle whose finalizers change the process: they run when the collector frees it."""
+    def __init__(self):
+        import weakref
+        self.me = self
+        weakref.finalize(self, _finalize_numpy_torch)
+    def __del__(self):
+        os.environ["HARNESS_GC_LEAK"] = "1"
+
+def _finalize_numpy_torch():
+    import numpy as np
+    import torch
+    np.seterr(all="raise")
+    torch.set_default_dtype(torch.float64)
+
+def finalizers_leave():
+    _Finalized()  # garbage at once, but only the cyclic collector frees it
+def finalizers_observe():
+    import numpy as np
+    import torch
+    assert "HARNESS_GC_LEAK" not in os.environ, "a finalizer's os.environ change leaked in"
+    assert np.geterr()["divide"] != "raise", "a finalizer's np.seterr leaked in"
+    assert torch.get_default_dtype() == torch.float32, torch.get_default_dtype()
 '''
 
 ISOBULKY = """
