@@ -346,11 +346,12 @@ class Runner:
         """Close workers and the journal; the report of everything that happened."""
         self.executor.close()
         self.journal.close()
-        env = dict(
-            self.executor.env.get(self.side)
-            or {"error": "no worker started; environment not collected"}
+        collected = self.executor.env.get(self.side)
+        env = (
+            {**collected, "code_roots": list(self.executor.sides[self.side].code_roots)}
+            if collected
+            else {"error": "no worker started; environment not collected"}
         )
-        env["code_roots"] = list(self.executor.sides[self.side].code_roots)
         return RunReport(
             run_id=self.run_id,
             started_at=self.started_at,

@@ -63,7 +63,7 @@ def test_collect_env_has_every_field(env: dict[str, Any]) -> None:
     import torch
 
     assert set(env) == set(ENV_KEYS) | set(OPTIONAL_ENV_KEYS)
-    assert set(env["python"]) == {"version", "implementation", "executable"}
+    assert set(env["python"]) == {"version", "implementation", "executable", "prefix"}
     assert set(env["platform"]) == {"os", "release", "machine"}
     assert env["torch"]["version"] == str(torch.__version__)
     assert env["torch"]["cuda"] == torch.version.cuda
