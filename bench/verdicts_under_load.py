@@ -5,8 +5,8 @@ and three heads, then runs the real CLI (`harness compare --base base --head H -
 ``--runs`` times per head, with a CPU hog (``while True: pass``) running beside it the whole
 time, and prints each run's case verdict, the planted stage's verdict, ratio and interval:
 
-- ``busy``: one denoising stage (``DenoisingStage.step02``) busy-waits 20 % of its own time
-  after its work: a CPU slowdown, must be a confirmed regression every time;
+- ``busy``: the denoising stage (``DenoisingStage``, four flow-matching steps) busy-waits 20 %
+  of its own time after its work: a CPU slowdown, must be a confirmed regression every time;
 - ``sleep``: the same stage sleeps 20 % of its own time: not CPU time, but still the code's
   wall time (run-queue delay is removed, a sleep is not), must be a confirmed regression;
 - ``docs``: a change outside the code under test: never a regression.
@@ -32,23 +32,20 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-STAGE = "DenoisingStage.step02"
-ANCHOR = '            with probe.stage(f"DenoisingStage.step{i:02d}"), torch.no_grad():\n'
-# Planted after the stage's work, inside the stage: the stage's own time so far, then 20 % more.
+STAGE = "DenoisingStage"
+ANCHOR = "            video, audio = self._denoise(req, video, audio, context, refs)\n"
+# Planted around the denoising loop, inside DenoisingStage: the stage's own time so far, then
+# 20 % more of it, busy-waiting or sleeping.
+BEFORE = "            _t0 = __import__('time').perf_counter()\n"
 SLOW = {
     "busy": (
-        "                if i == 2:\n                    _t0 = __import__('time').perf_counter()\n",
-        "                if i == 2:\n"
-        "                    _dt = 0.2 * (__import__('time').perf_counter() - _t0)\n"
-        "                    _end = __import__('time').perf_counter() + _dt\n"
-        "                    while __import__('time').perf_counter() < _end:\n"
-        "                        pass\n",
+        "            _dt = 0.2 * (__import__('time').perf_counter() - _t0)\n"
+        "            _end = __import__('time').perf_counter() + _dt\n"
+        "            while __import__('time').perf_counter() < _end:\n"
+        "                pass\n"
     ),
     "sleep": (
-        "                if i == 2:\n                    _t0 = __import__('time').perf_counter()\n",
-        "                if i == 2:\n"
-        "                    __import__('time').sleep("
-        "0.2 * (__import__('time').perf_counter() - _t0))\n",
+        "            __import__('time').sleep(0.2 * (__import__('time').perf_counter() - _t0))\n"
     ),
 }
 MUST = {"busy": "regression", "sleep": "regression", "docs": "not regression"}
@@ -58,23 +55,10 @@ def git(repo: Path, *args: str) -> None:
     subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
 
 
-def plant(text: str, before: str, after: str) -> str:
-    """Wrap the body of the step's ``with`` block: ``before`` first, ``after`` last."""
-    assert ANCHOR in text, "tinyav's denoising loop changed: update bench/verdicts_under_load.py"
-    head, rest = text.split(ANCHOR, 1)
-    lines = rest.split("\n")
-    body_end = next(
-        i for i, line in enumerate(lines) if line.strip() and not line.startswith(" " * 16)
-    )
-    return (
-        head
-        + ANCHOR
-        + before
-        + "\n".join(lines[:body_end])
-        + "\n"
-        + after
-        + "\n".join(lines[body_end:])
-    )
+def plant(text: str, after: str) -> str:
+    """Time the denoising loop inside DenoisingStage and add ``after`` behind it."""
+    assert ANCHOR in text, "tinyav's DenoisingStage changed: update bench/verdicts_under_load.py"
+    return text.replace(ANCHOR, BEFORE + ANCHOR + after, 1)
 
 
 def make_repo(root: Path) -> Path:
@@ -92,9 +76,9 @@ def make_repo(root: Path) -> Path:
     git(repo, "tag", "base")
     pipeline = repo / "targets" / "tinyav" / "tinyav" / "pipeline.py"
     original = pipeline.read_text()
-    for name, (before, after) in SLOW.items():
+    for name, after in SLOW.items():
         git(repo, "checkout", "-q", "-b", name, "base")
-        pipeline.write_text(plant(original, before, after))
+        pipeline.write_text(plant(original, after))
         git(repo, "commit", "-qam", name)
     git(repo, "checkout", "-q", "-b", "docs", "base")
     (repo / "NOTES.md").write_text("a docs-only change\n")
