@@ -23,6 +23,19 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
+# sys attributes a target may replace that the knob table below puts back (the module
+# attribute watch of :mod:`.process_state` leaves them to it).
+SYS_KNOBS: tuple[str, ...] = (
+    "stdin",
+    "stdout",
+    "stderr",
+    "excepthook",
+    "displayhook",
+    "unraisablehook",
+    "breakpointhook",
+    "dont_write_bytecode",
+)
+
 try:
     import resource
 except ImportError:  # pragma: no cover - not on Windows
@@ -62,19 +75,7 @@ INTERPRETER: tuple[Knob, ...] = (
     ("gc.isenabled()", gc.isenabled, lambda on: gc.enable() if on else gc.disable()),
     ("gc.get_threshold()", gc.get_threshold, lambda t: gc.set_threshold(*t)),
     ("gc.get_debug()", gc.get_debug, gc.set_debug),
-    *(
-        _attr(sys, n)
-        for n in (
-            "stdin",
-            "stdout",
-            "stderr",
-            "excepthook",
-            "displayhook",
-            "unraisablehook",
-            "breakpointhook",
-            "dont_write_bytecode",
-        )
-    ),
+    *(_attr(sys, n) for n in SYS_KNOBS),
     _attr(threading, "excepthook"),
     _attr(warnings, "showwarning"),
     _attr(warnings, "formatwarning"),

@@ -17,6 +17,7 @@ import sys
 from typing import Any
 
 from harness.worker.imports import dict_version as _dict_version
+from harness.worker.knobs import SYS_KNOBS
 
 # Modules whose functions the harness calls in the worker between and around attempts (clocks,
 # pids, pipes, JSON, signals, threads, processes); builtins for open/print.
@@ -40,14 +41,7 @@ _MODULES = (
 # that the interpreter itself sets.
 _SYS_OWN = frozenset(
     (
-        "stdin",
-        "stdout",
-        "stderr",
-        "excepthook",
-        "displayhook",
-        "unraisablehook",
-        "breakpointhook",
-        "dont_write_bytecode",
+        *SYS_KNOBS,
         "path",
         "meta_path",
         "path_hooks",
