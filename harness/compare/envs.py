@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.compare.envdiff import env_differences, machine_differences
-from harness.compare.run import CompareRequest, finish_comparison, run_live, side_spec, utc_now
+from harness.compare.run import CompareRequest, finish_comparison, run_live, utc_now
+from harness.compare.sides import side_spec
 from harness.compare.worktree import Checkouts, repo_root, resolve
 from harness.errors import UsageError
 from harness.execution.run import check_run_id, new_run_id

@@ -23,12 +23,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from harness.cases import PlanItem
+from harness.execution.executor import SideSpec
 from harness.model import CaseResult, Side
 from harness.model.counting import ran
 
 NOTE = "harness.target_file"
 
-__all__ = ["NOTE", "Origin", "check", "origin_from_env", "target_files"]
+__all__ = ["NOTE", "Origin", "check", "live_origin", "origin_from_env", "target_files"]
 
 
 def _real(path: str) -> str:
@@ -113,3 +115,16 @@ def check(
     if not problems:
         return None
     return f"code provenance: {'; '.join(problems)} ({shown})"
+
+
+def live_origin(spec: SideSpec, item: PlanItem, env: Mapping[str, Any] | None) -> Origin:
+    """Where a live side's target may come from: its checkout, its code roots and the case's
+    own code root, and with ``env`` (the side's environment record) its ``sys.prefix``."""
+    root = spec.case_root(item.case)
+    prefix = None
+    if env is not None and isinstance(env.get("python"), Mapping):
+        prefix = env["python"].get("prefix")
+    return Origin.of(
+        [spec.repo, *spec.code_roots, str(root) if root else None],
+        prefix if isinstance(prefix, str) else None,
+    )

@@ -35,10 +35,10 @@ from harness.compare.noise import (
     store_noise,
     uncalibrated,
 )
-from harness.compare.provenance import Origin
 from harness.compare.provenance import check as check_provenance
+from harness.compare.provenance import live_origin
 from harness.compare.session import Session
-from harness.compare.sides import incomplete, load_errors
+from harness.compare.sides import incomplete, load_errors, side_spec
 from harness.compare.worktree import Checkouts, resolve
 from harness.errors import UsageError
 from harness.execution.executor import SideSpec
@@ -430,47 +430,6 @@ def compare_revisions(
         started_at=started,
         same_runner=not differences,
         differences=differences,
-    )
-
-
-def side_spec(
-    side: Side,
-    checkout: Path,
-    code_roots: Sequence[str],
-    *,
-    python: str,
-    rev: str | None,
-    where: str,
-) -> SideSpec:
-    """How one side runs: ``code_roots`` of ``checkout`` (each must exist) under ``python``;
-    ``where`` names the checkout in the error when one is missing."""
-    missing = [r for r in code_roots if not (checkout / r).is_dir()]
-    if missing:
-        label = f"{side} ({rev[:12]})" if rev else side
-        raise UsageError(
-            f"{label}: code root(s) {missing} do not exist in {where} "
-            "(pass --code-root relative to the repository)"
-        )
-    return SideSpec(
-        side,
-        tuple(str((checkout / r).resolve()) for r in code_roots),
-        python=python,
-        cwd=str(Path.cwd()),
-        rev=rev,
-        repo=str(checkout),  # where a case's own code_root resolves
-    )
-
-
-def live_origin(spec: SideSpec, item: PlanItem, env: Mapping[str, Any] | None) -> Origin:
-    """Where a live side's target may come from: its checkout, its code roots and the case's
-    own code root, and with ``env`` (the side's environment record) its ``sys.prefix``."""
-    root = spec.case_root(item.case)
-    prefix = None
-    if env is not None and isinstance(env.get("python"), Mapping):
-        prefix = env["python"].get("prefix")
-    return Origin.of(
-        [spec.repo, *spec.code_roots, str(root) if root else None],
-        prefix if isinstance(prefix, str) else None,
     )
 
 

@@ -1,12 +1,16 @@
-"""What the two sides' run reports say about the comparison as a whole, before any case is
-judged: case files that did not load (on either side: exit 2) and runs that did not finish
-(interrupted, a harness fault, a shard absent: exit 3). A comparison built from an incomplete
-side never reads as a clean one (DESIGN "Exit codes")."""
+"""The two sides of a comparison: how each runs (:func:`side_spec`), and what their run
+reports say about the comparison as a whole before any case is judged: case files that did
+not load (on either side: exit 2) and runs that did not finish (interrupted, a harness fault,
+a shard absent: exit 3). A comparison built from an incomplete side never reads as a clean
+one (DESIGN "Exit codes")."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
+from harness.errors import UsageError
+from harness.execution.executor import SideSpec
 from harness.model import RunReport, Side
 from harness.model.shard import INCOMPLETE_CAUSES
 
@@ -39,3 +43,31 @@ def incomplete(reports: Mapping[Side, RunReport]) -> tuple[str, ...]:
             more = f" and {len(unreported) - 5} more" if len(unreported) > 5 else ""
             out.append(f"{side}: run {r.run_id} is incomplete: no result for {names}{more}")
     return tuple(out)
+
+
+def side_spec(
+    side: Side,
+    checkout: Path,
+    code_roots: Sequence[str],
+    *,
+    python: str,
+    rev: str | None,
+    where: str,
+) -> SideSpec:
+    """How one side runs: ``code_roots`` of ``checkout`` (each must exist) under ``python``;
+    ``where`` names the checkout in the error when one is missing."""
+    missing = [r for r in code_roots if not (checkout / r).is_dir()]
+    if missing:
+        label = f"{side} ({rev[:12]})" if rev else side
+        raise UsageError(
+            f"{label}: code root(s) {missing} do not exist in {where} "
+            "(pass --code-root relative to the repository)"
+        )
+    return SideSpec(
+        side,
+        tuple(str((checkout / r).resolve()) for r in code_roots),
+        python=python,
+        cwd=str(Path.cwd()),
+        rev=rev,
+        repo=str(checkout),  # where a case's own code_root resolves
+    )
