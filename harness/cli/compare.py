@@ -101,6 +101,13 @@ def add_parser(sub: Any) -> None:
         metavar="MS",
         help="stages shorter than this on both sides are reported, not judged (default 10)",
     )
+    p.add_argument(
+        "--reuse-workers",
+        action="store_true",
+        help="one worker per side for the whole comparison instead of a fresh pair per round: "
+        "faster, but a process's own speed then biases every round (for comparisons whose "
+        "subject is not latency)",
+    )
     p.add_argument("--strict", action="store_true", help="inconclusive and suspect fail too")
     p.add_argument(
         "--no-confirm", action="store_true", help="do not confirm regressions with a fresh batch"
@@ -196,6 +203,7 @@ def main(args: argparse.Namespace) -> int:
         ),
         quality_margins=dict(profile.compare_margins),
         budget_s=args.budget,
+        worker_per_round=not args.reuse_workers,
         noise_dir=args.noise_dir,
         noise_max_age_days=args.noise_max_age,
         argv=tuple(sys.argv),

@@ -85,6 +85,8 @@ class CompareRequest:
     noise_max_age_days: float = DEFAULT_MAX_AGE_DAYS  # older calibration is reported stale
     python: str | None = None
     warmup: int = 1  # at least this many warm-up runs per case and side
+    # a fresh pair of workers per round (rounds exchangeable); False: one worker per side
+    worker_per_round: bool = True
     argv: tuple[str, ...] = ()
     progress: Say | None = None
 
@@ -184,6 +186,7 @@ def finish_comparison(
             "min_stage_s": lat.min_stage_s,
             "quality_margins": dict(request.quality_margins),
             "budget_s": request.budget_s,
+            "workers": "per round" if request.worker_per_round else "one per side",
         },
         infra_errors=incomplete(reports),
         env_diff=env_diff(reports["base"].env, reports["head"].env),
@@ -291,6 +294,7 @@ def run_live(
             budget_s=request.budget_s,
         ),
         sides,
+        worker_per_round=request.worker_per_round,
     )
     say(f"compare {comparison_id}: {what}, {len(items)} case(s) -> {runner.run_dir}")
     session = Session(runner, items, latency, budget_s=request.budget_s, say=say)

@@ -7,6 +7,18 @@ once per side, the side going first alternating), any number of times, so a comp
 rounds in batches; every attempt goes through the runner's ``run_unit`` (retries, budget,
 journal) exactly as in ``harness run``. ``reports()`` turns each side's attempts into one
 :class:`~harness.model.RunReport` per side with the same pure ``aggregate``.
+
+**A fresh pair of workers per round** (``worker_per_round``, the default of ``harness
+compare``): before every round after the first, both sides' workers are closed and new ones
+started, and each case gets its warm-ups again in them (recorded with that round's number).
+A process has a speed of its own (memory layout, page placement, where the scheduler put it):
+on a loaded 2-core runner the same code's DenoisingStage read 0.66-1.28x between two
+persistent workers, consistently over 7 rounds and over all four of its steps, which no
+number of rounds averages out and a confirmation batch in the same workers would confirm.
+With a new process per round, that speed is one more random effect of the round, so rounds
+are exchangeable and the rank tests' error rates hold (asv's ``rounds`` and pyperf's worker
+processes do the same). ``worker_per_round=False`` keeps one worker per side for the whole
+comparison: faster, for comparisons whose subject is not latency.
 """
 
 from __future__ import annotations
@@ -18,14 +30,20 @@ from harness.cases import PlanItem
 from harness.execution.aggregate import aggregate, skipped
 from harness.execution.executor import Executor, SideSpec
 from harness.execution.run import Runner, RunOptions, _now
-from harness.execution.schedule import Interleaved
+from harness.execution.schedule import Interleaved, Unit
 from harness.model import Attempt, CaseResult, LoadError, RunReport, Side
 
 
 class PairedRunner(Runner):
     """Runs plan items for base and head, interleaved, through one two-sided executor."""
 
-    def __init__(self, options: RunOptions, sides: Mapping[Side, SideSpec]) -> None:
+    def __init__(
+        self,
+        options: RunOptions,
+        sides: Mapping[Side, SideSpec],
+        *,
+        worker_per_round: bool = True,
+    ) -> None:
         super().__init__(options, side="head")
         self.executor.close()
         self.sides = dict(sides)
@@ -41,28 +59,37 @@ class PairedRunner(Runner):
         self.attempts: dict[tuple[Side, str], list[Attempt]] = {}
         self.next_round = 0
         self._warmed: set[str] = set()
+        self.worker_per_round = worker_per_round
+        self.worker_sets = 0  # how many times both sides' workers were started afresh
+        self._rounds_in_workers = 0  # rounds the live workers have run (a new pair: 0)
+        # item name -> warm-up runs planned per side (the first warm-up plus one per new pair)
+        self._warmups: dict[str, int] = {}
 
     def side_attempts(self, side: Side, item: PlanItem) -> list[Attempt]:
         return self.attempts.setdefault((side, item.name), [])
 
     def run_rounds(self, items: Sequence[PlanItem], rounds: int) -> int:
-        """``rounds`` more interleaved rounds of ``items`` (warm-ups of a case on its first
-        batch only); returns the number of rounds run (fewer when a stop was requested)."""
+        """``rounds`` more interleaved rounds of ``items``, each case warmed up first in every
+        pair of workers it runs in; returns the number of rounds run (fewer when a stop was
+        requested)."""
         runnable = [i for i in items if i.skip_reason is None]
         if not runnable or rounds <= 0:
             return 0
         self.executor.check_devices(i.platform for i in runnable)
-        cold = [i for i in runnable if i.name not in self._warmed]
-        warm = Interleaved(cold, rounds=0) if cold else None
         done = 0
         try:
-            if warm is not None:
-                for unit in warm:
-                    self.run_unit(unit, self.side_attempts(unit.side, unit.item))
-                    if self.stop_requested:
-                        return 0
+            cold = [i for i in runnable if i.name not in self._warmed]
+            if cold and not self._warm(cold, self.next_round):
+                return 0
             self._warmed.update(i.name for i in cold)
             for _ in range(rounds):
+                if self.worker_per_round and self._rounds_in_workers:
+                    # a new pair of processes, warmed up again, for every round after the first
+                    self.executor.close()
+                    self.worker_sets += 1
+                    self._rounds_in_workers = 0
+                    if not self._warm(runnable, self.next_round):
+                        return done
                 schedule = Interleaved(
                     runnable, rounds=1, first_round=self.next_round, warmup=False
                 )
@@ -72,12 +99,26 @@ class PairedRunner(Runner):
                     if self.stop_requested:
                         return done
                 self.next_round += 1
+                self._rounds_in_workers += 1
                 done += 1
         except Exception as exc:  # a bug of the harness: recorded, the comparison ends here
             msg = f"interleaved rounds: harness error {type(exc).__name__}: {exc}"
             self.harness_errors.append(msg)
             self._say(msg + "\n" + traceback.format_exc())
         return done
+
+    def _warm(self, items: Sequence[PlanItem], round_: int) -> bool:
+        """Each case's warm-up runs, both sides, numbered with the round they precede (so a
+        new pair's warm-ups are runs of their own); False when a stop was requested."""
+        for item in items:
+            self._warmups[item.name] = self._warmups.get(item.name, 0) + item.case.warmup
+            for w in range(item.case.warmup):
+                for side in ("base", "head"):
+                    unit = Unit(side, item, w, warmup=True, round=round_)
+                    self.run_unit(unit, self.side_attempts(side, item))
+                    if self.stop_requested:
+                        return False
+        return True
 
     def result(self, side: Side, item: PlanItem) -> CaseResult:
         """One side's result for one case, from its attempts so far (pure aggregate)."""
@@ -91,7 +132,7 @@ class PairedRunner(Runner):
         return aggregate(
             item,
             attempts,
-            planned_runs=item.case.warmup + len(rounds),
+            planned_runs=self._warmups.get(item.name, item.case.warmup) + len(rounds),
             budget={**item.case.budget, **prof.budgets.get(item.case.id, {})},
             interrupted=self.stop_requested,
             repeats=len(rounds),

@@ -71,7 +71,9 @@ def test_a_crash_in_a_warm_up_is_a_new_failure(planted: Any) -> None:
 def test_a_head_only_failure_in_one_run_blocks_with_its_rate(planted: Any) -> None:
     c = planted[1]["intermittent"]
     assert c["verdict"] == "new_failure", c
-    assert "1 of 4 head runs, 0 of 4 base" in c["reason"], c["reason"]
+    # 3 rounds, each in a fresh pair of workers with its own warm-up: 6 runs per side; the
+    # failing third call is the second pair's warm-up
+    assert "1 of 6 head runs, 0 of 6 base" in c["reason"], c["reason"]
 
 
 def test_known_flaky_in_the_case_file_downgrades_it_and_says_so(planted: Any) -> None:
@@ -115,3 +117,42 @@ def test_nothing_ran_exits_5(toy: dict[str, Path]) -> None:
     assert doc is not None and [c["verdict"] for c in doc["cases"]] == ["skipped"]
     assert code == 5, out[-3000:]
     assert json.loads((toy["runs"] / "never-only" / "comparison.json").read_text())
+
+
+def pids(toy: dict[str, Path], run_id: str, side: str, case_id: str) -> dict[int, set[int]]:
+    """round -> the worker pids of that side's attempts of that case (warm-ups included)."""
+    doc = json.loads((toy["runs"] / run_id / side / "report.json").read_text())
+    (case,) = [c for c in doc["cases"] if c["id"] == case_id]
+    out: dict[int, set[int]] = {}
+    for a in case["attempts"]:
+        out.setdefault(a["round"], set()).add(a["worker_pid"])
+    return out
+
+
+def test_every_round_runs_in_a_fresh_pair_of_warmed_up_workers(
+    toy: dict[str, Path], planted: Any
+) -> None:
+    """A process's own speed must not bias every round of a side: no two rounds share a worker
+    (within a round the worker may still be replaced: the hanging case's timeout kills it)."""
+    _, cases, _ = planted
+    assert cases["clean"]["rounds"] == 3
+    for side in ("base", "head"):
+        by_round = pids(toy, "planted", side, "clean")
+        assert sorted(by_round) == [0, 1, 2]
+        seen = [p for ps in by_round.values() for p in ps]
+        assert len(seen) == len(set(seen)), by_round
+    doc = json.loads((toy["runs"] / "planted" / "comparison.json").read_text())
+    assert doc["settings"]["workers"] == "per round"
+
+
+def test_reuse_workers_keeps_one_worker_per_side_and_says_so(toy: dict[str, Path]) -> None:
+    path = toy["root"] / "reuse.toml"
+    state = toy["root"] / "state-reuse"
+    state.mkdir()
+    path.write_text(case_toml("clean", state))
+    code, doc, out = compare(toy, "planted", path, "--reuse-workers", run_id="reuse")
+    assert doc is not None and code == 0, out[-3000:]
+    assert doc["settings"]["workers"] == "one per side"
+    for side in ("base", "head"):
+        by_round = pids(toy, "reuse", side, "clean")
+        assert len(set.union(*by_round.values())) == 1, by_round

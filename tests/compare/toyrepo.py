@@ -47,7 +47,8 @@ def calls(state: str) -> int:
 # The planted head: what each case's ``mode`` makes it do wrong (base ignores ``mode``):
 # ``hang`` hangs on every first try (odd calls: the warm-up's try 0, round 0's try 0, ...)
 # and its retry passes; ``warmcrash`` kills its worker in the warm-up (the first call) and
-# passes every measured run; ``intermittent`` fails the third call (the second measured run).
+# passes every measured run; ``intermittent`` fails the third call (the warm-up of the second
+# round's fresh pair of workers).
 PLANTED = (
     COUNTER
     + """
@@ -78,6 +79,9 @@ def git(repo: Path, *args: str) -> str:
 
 
 def case_toml(case_id: str, state: Path, mode: str = "", **extra: Any) -> str:
+    """One case of the toy; only a case that hangs gets a short timeout, 3 s (the others
+    30 s): a fresh worker's first attempt imports the target, which took up to 1.4 s on a
+    runner at load 10, and a timed-out try that did not hang would shift which calls hang."""
     lines = [
         "[[case]]",
         f'id = "{case_id}"',
@@ -85,7 +89,7 @@ def case_toml(case_id: str, state: Path, mode: str = "", **extra: Any) -> str:
         'target = "toy.work:work"',
         f"params = {{ state = {json.dumps(str(state))}, mode = {json.dumps(mode)} }}",
         "seed = 1",
-        "timeout_s = 1",
+        f"timeout_s = {3 if mode == 'hang' else 30}",
         "retries = 1",
     ]
     lines += [f"{k} = {json.dumps(v)}" for k, v in extra.items()]
