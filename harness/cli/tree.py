@@ -82,14 +82,14 @@ def epilog_examples(parser: argparse.ArgumentParser) -> list[list[str]]:
     for line in lines:
         if not line.startswith("  ") and line.strip():
             break  # the examples end at the first unindented line
-        found.extend(shell_commands(line, "harness"))
+        found.extend(argv[1:] for argv in shell_commands(line) if argv[0] == "harness")
     return found
 
 
-def shell_commands(line: str, program: str) -> list[list[str]]:
-    """The argv (after ``program``) of each simple command of a shell ``line`` that runs
-    ``program``: split at ``|``, ``&&``, ``||``, ``;`` and redirections (whose target is
-    dropped), leading ``NAME=value`` assignments skipped, a ``#`` comment dropped."""
+def shell_commands(line: str) -> list[list[str]]:
+    """The argv of each simple command of a shell ``line``: split at ``|``, ``&&``, ``||``,
+    ``;``, redirections dropped with their target, leading ``NAME=value`` assignments
+    skipped, a ``#`` comment dropped, a ``<placeholder>`` kept as the word ``{placeholder}``."""
     line = re.sub(r"<([A-Za-z][\w.-]*)>", r"{\1}", line)  # a <placeholder> is a word
     line = re.sub(r"(^|\s)\d*>&\d+", " ", line)  # 2>&1: no file, no argument
     line = re.sub(r"(^|\s)\d+(>>?)", r"\1\2", line)  # 2> file: as > file
@@ -103,8 +103,8 @@ def shell_commands(line: str, program: str) -> list[list[str]]:
         if word and set(word) <= set("<>&") and word != "&&" and word != "&":
             redirect = True  # > file, >> file, < file, &> file: the file is not an argument
         elif word and set(word) <= set("|&;()"):
-            if segment[:1] == [program]:
-                found.append(segment[1:])
+            if segment:
+                found.append(segment)
             segment = []
         elif redirect:
             redirect = False  # the redirection's target; what follows is the same command
