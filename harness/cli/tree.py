@@ -78,7 +78,7 @@ def epilog_examples(parser: argparse.ArgumentParser) -> list[list[str]]:
     if len(part) < 2:
         return []
     lines = part[1].replace("\\\n", " ").splitlines()
-    found = []
+    found: list[list[str]] = []
     for line in lines:
         if not line.startswith("  ") and line.strip():
             break  # the examples end at the first unindented line

@@ -4,9 +4,10 @@ A block's info string is its language and then its tag:
 
 * ```` ```console ```` or ```` ```sh ````: commands, run for real in a scratch copy of the
   repository (lines starting ``$ `` in a console block; every line of a sh/bash block). Only
-  cheap commands may run: ``harness plan``, ``platforms``, ``refs verify``, ``report``,
-  ``completion``, ``--version`` and ``harness run -k ...``. ``# exit N`` on a command line is
-  its expected exit code (default 0); ``cd DIR`` moves the following commands.
+  cheap commands may run: ``harness plan``, ``platforms``, ``refs verify|bless``, ``report``,
+  ``completion``, ``init``, ``--version``, ``harness run -k ...``, and a whole ``harness run``
+  only in a folder the block ``cd``'d into (a scaffold of ``harness init``). ``# exit N`` on a
+  command line is its expected exit code (default 0); ``cd DIR`` moves the following commands.
 * ```` ```console parse-only: <reason> ````: every command checked without running it: a
   ``harness`` command through the real argument parser (options spelled in full), ``pytest``
   flags against ``pytest --help``, a script's path and flags against its source, ``pip
@@ -35,7 +36,15 @@ COMMAND_LANGS = ("console", "sh", "bash", "shell")
 PROSE_LANGS = ("text", "json", "yaml", "diff", "")
 TOML_KINDS = ("case", "profile", "pyproject")
 # harness commands cheap enough to run for real in a scratch copy (the first words of argv)
-RUNNABLE = (("plan",), ("platforms",), ("refs", "verify"), ("report",), ("completion",))
+RUNNABLE = (
+    ("plan",),
+    ("platforms",),
+    ("refs", "verify"),
+    ("refs", "bless"),  # into the scratch copy's store
+    ("report",),
+    ("completion",),
+    ("init",),
+)
 
 
 @dataclass(frozen=True)
