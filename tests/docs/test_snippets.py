@@ -42,6 +42,11 @@ REPO = Path(harness.__file__).resolve().parent.parent
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 # what a scratch copy of the repository needs for the commands that run for real
 SCRATCH = ("cases", "runners", "references", "targets")
+# the commands run for real never write to a CI job's summary or annotations
+SCRATCH_ENV = {
+    **{k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")},
+    "PYTHONPATH": str(REPO),
+}
 # tools the dev extra installs (CI runs them); shell built-ins and git
 TOOLS = ("ruff", "mypy", "lint-imports", "git", "cd", ".", "source", "export", "open")
 # pytest's own command-line parsing, with this repository's plugins, and nothing run
@@ -151,7 +156,7 @@ def run_for_real(block: Block, cl: CommandLine, cwd: Path, scratch: Path) -> Pat
             text=True,
             timeout=300,
             check=False,
-            env={**os.environ, "PYTHONPATH": str(REPO), "HARNESS_SCREENSHOT_DIR": ""},
+            env=SCRATCH_ENV,
         )
         assert proc.returncode == cl.exit_code, (
             f"{at}: `{quote(argv)}` exited {proc.returncode}, the docs say {cl.exit_code}\n"
