@@ -278,6 +278,8 @@ def _page(tmp_path: Path, text: str) -> Path:
         ("```toml\nid = 'x'\n```\n", "tag the toml block"),
         ("```toml case\nid = 'x'\nkind = 'loader'\ntarget = 'm:f'\nrepeat = 2\n```\n", "repeat"),
         ("```toml profile\nname = 'cpu'\nplatform = 'cpu'\nthreds = 1\n```\n", "threds"),
+        ("<!-- snippet: profile -->\n```toml\nname = 'cpu'\nthreds = 1\n```\n", "threds"),
+        ("<!-- snippet: parse-only: x -->\n```console\n$ harness plan --shardz 2\n```\n", "shardz"),
         ("```text\nharness run -k x\n```\n", "prose block"),
         ("Run `harness plan --shardz 4`.\n", "--shardz"),
         ("| `harness plan [PATHS] [--shardz N]` | split |\n", "--shardz"),
