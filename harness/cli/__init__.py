@@ -12,7 +12,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from harness.cli import bisect, compare, merge, plan, platforms, refs, report, run
+from harness.cli import bisect, compare, completion, merge, plan, platforms, refs, report, run
 from harness.errors import HarnessError
 
 EXAMPLES = """\
@@ -25,7 +25,23 @@ examples:
   harness merge shard-*/ --out reports/merged
   harness refs verify
   harness platforms --runner mi300x            # what this machine has; does the profile fit
+  harness completion bash                      # shell completion for these commands
+  harness --version
 """
+
+
+def version() -> str:
+    """The installed distribution's version; the package's own where it is not installed
+    (a source tree on ``PYTHONPATH``)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("harness")
+    except PackageNotFoundError:
+        from harness import __version__
+
+        return __version__
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,10 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"harness {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for module in (run, compare, bisect, plan, report, merge, platforms):
         module.add_parser(sub)
     refs.add_parser(sub)
+    completion.add_parser(sub)
     return parser
 
 
