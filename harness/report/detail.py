@@ -177,3 +177,19 @@ def page_data(strings: Strings, cases: Sequence[Mapping[str, Any]]) -> Markup:
         {"strings": strings.table, "cases": cases}, ensure_ascii=False, separators=(",", ":")
     )
     return Markup(text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e"))
+
+
+def decode(page: str) -> list[dict[str, Any]]:
+    """The case details of a rendered run page with every string number replaced by its string:
+    what the page's script draws, for a test or a tool to read without a browser."""
+    start = page.index('<script type="application/json" id="case-data">')
+    text = page[page.index(">", start) + 1 : page.index("</script>", start)]
+    doc = json.loads(text)
+    strings = doc["strings"]
+
+    def fill(v: Any) -> Any:
+        if isinstance(v, list):
+            return [fill(x) for x in v]
+        return strings[v] if isinstance(v, int) else v
+
+    return [{k: fill(v) for k, v in c.items()} for c in doc["cases"]]
