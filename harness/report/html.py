@@ -72,9 +72,14 @@ def _script() -> Script:
     return Script(Markup(code), f"'sha256-{digest}'")
 
 
-def first_line(text: str) -> str:
+def first_line(text: str, limit: int = 160) -> str:
+    """A table cell's summary of a text: its first line, cut at ``limit`` characters, with
+    `` ...`` where anything was left out (the case's section shows the whole)."""
     lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
-    return lines[0] + (" ..." if len(lines) > 1 else "") if lines else ""
+    if not lines:
+        return ""
+    cut = lines[0][:limit]
+    return cut + (" ..." if len(lines) > 1 or len(lines[0]) > limit else "")
 
 
 def duration(started: str, finished: str) -> float | None:

@@ -222,15 +222,16 @@ def frame_line(
             f"threshold {escape(op)} {escape(fmt_number(threshold))}</text>"
         )
     worst_f, worst_v = (min if op.startswith(">") else max)(pts, key=lambda p: (p[1], -p[0]))
-    wx, wy = x(worst_f), y(worst_v)
-    anchor = "end" if wx > left + pw / 2 else "start"
-    parts.append(
-        f'<circle class="worst" cx="{_f(wx)}" cy="{_f(wy)}" r="4" fill="#dc2626">'
-        f"<title>worst: frame {worst_f}</title></circle>"
-        f'<text x="{_f(wx + (-7 if anchor == "end" else 7))}" y="{_f(min(wy + 14, top + ph - 3))}" '
-        f'font-size="10" text-anchor="{anchor}">worst: frame {worst_f}, '
-        f"{escape(fmt_number(worst_v))}</text>"
-    )
+    if len({v for _f_, v in pts}) > 1:  # every frame alike: no frame is the worst
+        wx, wy = x(worst_f), y(worst_v)
+        anchor = "end" if wx > left + pw / 2 else "start"
+        parts.append(
+            f'<circle class="worst" cx="{_f(wx)}" cy="{_f(wy)}" r="4" fill="#dc2626">'
+            f"<title>worst: frame {worst_f}</title></circle>"
+            f'<text x="{_f(wx + (-7 if anchor == "end" else 7))}" '
+            f'y="{_f(min(wy + 14, top + ph - 3))}" font-size="10" text-anchor="{anchor}">'
+            f"worst: frame {worst_f}, {escape(fmt_number(worst_v))}</text>"
+        )
     inf = " (inf drawn at the top)" if any(math.isinf(v) for _f_, v in pts) else ""
     parts.append(
         f'<text x="{left}" y="{height - 6}" font-size="11">{escape(metric)} per frame, '

@@ -12,7 +12,7 @@ from harness.fsio import write_array
 from harness.model import Attempt, CaseResult, ErrorInfo
 from harness.report import images, plots
 from harness.report.gallery import run_gallery
-from harness.report.html import Logs
+from harness.report.html import Logs, first_line
 from harness.report.images import ImageFolder
 
 
@@ -120,3 +120,13 @@ def test_frame_plot_has_axes_the_threshold_and_the_worst_frame() -> None:
     assert "inf drawn at the top" in svg
     mae = plots.frame_line("mae", [0, 1, 2], [0.1, 0.5, 0.2], 1.0, "<=")
     assert "worst: frame 1, 0.5" in mae  # the highest value of a <= check
+    flat = plots.frame_line("ssim", [0, 1, 2], [1.0, 1.0, 1.0], 0.98)
+    assert "worst" not in flat  # every frame alike: none is marked
+
+
+def test_a_table_cell_shows_one_line_of_a_text() -> None:
+    assert first_line("Traceback (most recent call last):\n  File x") == (
+        "Traceback (most recent call last): ..."
+    )
+    assert first_line("x" * 500) == "x" * 160 + " ..."
+    assert first_line("short") == "short"
