@@ -4,6 +4,12 @@ templates (``harness/report/templates/``) and autoescaping on, so every string f
 error or a log is text, never markup. The page loads nothing from the network: its Content
 Security Policy allows only its own inline script (by hash), inline styles and local images.
 
+A case's row and heading are HTML; the rest of its section (checks, attempts and errors, stage
+latencies, inputs, fingerprints, notes) is data in one ``<script type="application/json">``
+block (:mod:`harness.report.detail`) that the page's script draws, as text, when the section is
+first opened, and its pictures wait in a ``<template>`` until then. Sections of cases that did
+not pass are open (drawn) when the page loads, and those with pictures too in a small run.
+
 Example::
 
     write_run_html(read_report(run_dir), run_dir, references=Path("references"))
@@ -27,8 +33,7 @@ from markupsafe import Markup
 from harness.fsio import write_text_atomic
 from harness.model import Attempt, CaseResult, RunReport, fmt_number
 from harness.references.store import ReferenceStore
-from harness.report.detail import Strings, case_detail, check_settings, page_data, seconds
-from harness.report.detail import short_hash as short_hash
+from harness.report.detail import Strings, case_detail, page_data, seconds
 from harness.report.gallery import Gallery, run_gallery
 from harness.report.images import ImageFolder
 
@@ -51,8 +56,6 @@ def environment() -> jinja2.Environment:
     )
     env.filters["num"] = fmt_number
     env.filters["secs"] = seconds
-    env.filters["short"] = short_hash
-    env.filters["settings"] = check_settings
     env.filters["first_line"] = first_line
     env.globals["script"] = _script()
     return env
