@@ -5,7 +5,9 @@ a dozen notes and 8 checks per attempt; one case in 20 failed with an error and 
 With ``--like RUN_DIR`` the cases are drawn in turn from a real run instead (the bundled suite's
 run is the realistic mix of loader, quant, import and pipeline cases). No outputs either way,
 so no images: the figures are the page alone (the issue's target: under
-3 s and under 3 MB, images excluded). Prints the best of ``--repeat`` renders.
+3 s and under 3 MB, images excluded). Prints the best of ``--repeat`` renders, and how much of
+the page is the case data the page's script draws when a case is opened (one string table and
+rows of numbers into it, :mod:`harness.report.detail`).
 
     python bench/bench_report.py [--cases 1000] [--attempts 3] [--repeat 3]
 """
@@ -155,9 +157,11 @@ def main() -> None:
             cpu = min(cpu, time.process_time() - c0)
             size = len(page.encode())
     mb = size / 1e6
+    start = page.index('id="case-data">')
+    data_mb = (page.index("</script>", start) - start) / 1e6
     print(f"HTML report of {args.cases} cases x {args.attempts} attempts, {what} (no images):")
     print(f"  render {best:.2f} s wall, {cpu:.2f} s CPU (target < 3 s: {best / 3:.2f} of it)")
-    print(f"  size   {mb:.2f} MB (target < 3 MB: {mb / 3:.2f} of it)")
+    print(f"  size   {mb:.2f} MB (target < 3 MB: {mb / 3:.2f} of it), case data {data_mb:.2f} MB")
 
 
 if __name__ == "__main__":

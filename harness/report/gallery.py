@@ -33,6 +33,8 @@ class Cell:
     label: str
     picture: Picture | None = None
     note: str = ""
+    scale: tuple[str, str] | None = None  # a heat map's colour bar ends: "0", "0.0039 (1/255)"
+    identical: bool = False  # a difference that is zero everywhere: no picture
 
 
 @dataclass(frozen=True)
@@ -176,9 +178,14 @@ def _video_block(
         label = f"|{sources[diff[0]][0]} - {sources[diff[1]][0]}|"
         if a is not None and b is not None:
             try:
-                rgb, mx, mean = images.heat(a[j], b[j])
-                note = f"max {fmt_number(round(mx, 3))}, mean {fmt_number(round(mean, 4))}"
-                cells.append(Cell(label, folder.write(f"{key}/diff/{f}", rgb), note))
+                h = images.heat(a[j], b[j])
+                if h.rgb is None:
+                    cells.append(Cell(label, note="identical", identical=True))
+                else:
+                    note = f"max {fmt_number(h.max)}/255, mean {fmt_number(round(h.mean, 4))}/255"
+                    top = h.scale.removeprefix("0 .. ")
+                    pic = folder.write(f"{key}/diff/{f}", h.rgb)
+                    cells.append(Cell(label, pic, note, scale=("0", top)))
             except ImageError as exc:
                 cells.append(Cell(label, note=str(exc)))
         columns.append(Column(f, tuple(cells), values(f)))
@@ -192,7 +199,8 @@ def _lines(checks: Sequence[CheckResult], prefix: str = "") -> list[Markup]:
         if len(per) > 1:
             frames = sorted(per)
             t = c.threshold if isinstance(c.threshold, int | float) else None
-            out.append(plots.frame_line(prefix + c.metric, frames, [per[f] for f in frames], t))
+            vals = [per[f] for f in frames]
+            out.append(plots.frame_line(prefix + c.metric, frames, vals, t, c.op))
     return [m for m in out if m]
 
 

@@ -4,6 +4,12 @@ templates (``harness/report/templates/``) and autoescaping on, so every string f
 error or a log is text, never markup. The page loads nothing from the network: its Content
 Security Policy allows only its own inline script (by hash), inline styles and local images.
 
+A case's row and heading are HTML; the rest of its section (checks, attempts and errors, stage
+latencies, inputs, fingerprints, notes) is data in one ``<script type="application/json">``
+block (:mod:`harness.report.detail`) that the page's script draws, as text, when the section is
+first opened, and its pictures wait in a ``<template>`` until then. Sections of cases that did
+not pass are open (drawn) when the page loads, and those with pictures too in a small run.
+
 Example::
 
     write_run_html(read_report(run_dir), run_dir, references=Path("references"))
@@ -15,7 +21,7 @@ import base64
 import functools
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -27,10 +33,14 @@ from markupsafe import Markup
 from harness.fsio import write_text_atomic
 from harness.model import Attempt, CaseResult, RunReport, fmt_number
 from harness.references.store import ReferenceStore
-from harness.report.gallery import Gallery, judged_attempt, run_gallery
+from harness.report.detail import Strings, case_detail, page_data, seconds
+from harness.report.gallery import Gallery, run_gallery
 from harness.report.images import ImageFolder
 
 LOG_TAIL_CHARS = 4000  # of a worker log or stack dump shown with an attempt
+# A case that did not pass is drawn open; one with pictures too when the run is this small (a
+# thousand open galleries would load thousands of pictures with the page).
+OPEN_GALLERIES_UP_TO = 20
 _LOG_IN_MESSAGE = re.compile(r"log: (\S+\.log)")
 
 
@@ -46,8 +56,6 @@ def environment() -> jinja2.Environment:
     )
     env.filters["num"] = fmt_number
     env.filters["secs"] = seconds
-    env.filters["short"] = short_hash
-    env.filters["settings"] = check_settings
     env.filters["first_line"] = first_line
     env.globals["script"] = _script()
     return env
@@ -67,31 +75,14 @@ def _script() -> Script:
     return Script(Markup(code), f"'sha256-{digest}'")
 
 
-def seconds(v: Any) -> str:
-    """Seconds as a report shows them: ms below one second."""
-    if not isinstance(v, int | float) or isinstance(v, bool):
-        return "-"
-    return f"{v * 1e3:.3g} ms" if abs(v) < 1 else f"{v:.3g} s"
-
-
-def short_hash(h: Any) -> str:
-    """``blake3:e125c8e983e0...`` -> ``e125c8e983e0`` (the full hash is in the JSON)."""
-    text = str(h or "-")
-    return text.split(":", 1)[-1][:12]
-
-
-def check_settings(settings: Mapping[str, Any]) -> str:
-    """A check's settings on one line, less the compared frame list (the gallery shows it)."""
-    return ", ".join(
-        f"{k}={fmt_number(v)}"
-        for k, v in sorted(settings.items())
-        if k not in ("frames", "reference_blessed") and v not in ("", None)
-    )
-
-
-def first_line(text: str) -> str:
+def first_line(text: str, limit: int = 160) -> str:
+    """A table cell's summary of a text: its first line, cut at ``limit`` characters, with
+    `` ...`` where anything was left out (the case's section shows the whole)."""
     lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
-    return lines[0] + (" ..." if len(lines) > 1 else "") if lines else ""
+    if not lines:
+        return ""
+    cut = lines[0][:limit]
+    return cut + (" ..." if len(lines) > 1 or len(lines[0]) > limit else "")
 
 
 def duration(started: str, finished: str) -> float | None:
@@ -137,31 +128,17 @@ class Logs:
 
 
 @dataclass(frozen=True)
-class AttemptView:
-    a: Attempt
-    logs: tuple[tuple[str, str], ...]
-
-
-@dataclass(frozen=True)
 class CaseView:
-    """One case as the template shows it."""
+    """One case as the template shows it: its row and its section's heading; the rest of its
+    section is :mod:`harness.report.detail` data the page draws when the section opens."""
 
     anchor: str
+    index: int
     c: CaseResult
     duration_s: float
     checks_passed: int
-    attempts: tuple[AttemptView, ...]
-    # Tables as rows of display strings, formatted here: a thousand cases render in a second.
-    stages: tuple[tuple[str, tuple[str, ...]], ...]  # stage, seconds per attempt
-    inputs: tuple[tuple[str, str, str], ...]  # name, hash, same in every measured attempt
-    fingerprints: tuple[tuple[str, ...], ...]  # name, hash, dtype[shape], nonfinite, min,
-    # max, mean, same in every passing attempt
-    notes: tuple[tuple[str, str], ...]
     gallery: Gallery | None
-
-
-def _ordered_union(maps: Sequence[Mapping[str, Any]]) -> list[str]:
-    return list(dict.fromkeys(k for m in maps for k in m))
+    open: bool  # drawn open when the page loads
 
 
 def case_view(
@@ -170,44 +147,17 @@ def case_view(
     run_dir: Path,
     store: ReferenceStore | None,
     folder: ImageFolder,
-    logs: Logs,
+    n_cases: int,
 ) -> CaseView:
-    measured = [a for a in c.attempts if not a.warmup] or list(c.attempts)
-    shown = judged_attempt(c) or (c.attempts[-1] if c.attempts else None)
-    inputs, fps = [], []
-    if shown is not None:
-        for name, h in shown.inputs.items():
-            same = all(a.inputs.get(name) == h for a in measured)
-            inputs.append((name, h, "yes" if same else "NO"))
-        passing = [a for a in measured if a.status == "passed"]
-        for name, fp in shown.fingerprints.items():
-            same = all(
-                (a.fingerprints.get(name) or {}).get("hash") == fp.get("hash") for a in passing
-            )
-            shape = ",".join(str(d) for d in fp.get("shape") or [])
-            fps.append(
-                (
-                    name,
-                    short_hash(fp.get("hash")),
-                    f"{fp.get('dtype', '-')}[{shape}]",
-                    *(fmt_number(fp.get(k)) for k in ("nonfinite", "min", "max", "mean")),
-                    "yes" if same else "NO",
-                )
-            )
-    stage_names = _ordered_union([a.stages for a in c.attempts])
+    gallery = run_gallery(c, run_dir, store, folder, f"c{i}")
     return CaseView(
         anchor=f"case-{i}",
+        index=i,
         c=c,
         duration_s=sum(a.duration_s for a in c.attempts),
         checks_passed=sum(1 for k in c.checks if k.passed),
-        attempts=tuple(AttemptView(a, tuple(logs.for_attempt(a))) for a in c.attempts),
-        stages=tuple(
-            (st, tuple(seconds(a.stages.get(st)) for a in c.attempts)) for st in stage_names
-        ),
-        inputs=tuple(inputs),
-        fingerprints=tuple(fps),
-        notes=tuple((k, fmt_number(v)) for k, v in shown.notes.items()) if shown else (),
-        gallery=run_gallery(c, run_dir, store, folder, f"c{i}"),
+        gallery=gallery,
+        open=c.status != "passed" or (gallery is not None and n_cases <= OPEN_GALLERIES_UP_TO),
     )
 
 
@@ -224,7 +174,10 @@ def render_run_html(report: RunReport, run_dir: Path, *, references: Path | None
     store = ReferenceStore(references) if references is not None and references.is_dir() else None
     folder = ImageFolder(run_dir)
     logs = Logs(run_dir)
-    views = [case_view(i, c, run_dir, store, folder, logs) for i, c in enumerate(report.cases)]
+    n = len(report.cases)
+    views = [case_view(i, c, run_dir, store, folder, n) for i, c in enumerate(report.cases)]
+    strings = Strings()
+    details = [case_detail(c, logs, strings) for c in report.cases]
     platforms = sorted({c.platform for c in report.cases})
     simulated = sum(1 for c in report.cases if c.simulated)
     summary = {
@@ -250,6 +203,7 @@ def render_run_html(report: RunReport, run_dir: Path, *, references: Path | None
                 "platform": platforms,
             },
             worker_logs=logs.all(),
+            data=page_data(strings, details),
             references=str(references) if store is not None else None,
         )
     )

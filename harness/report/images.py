@@ -2,7 +2,8 @@
 readers (safetensors through :mod:`harness.fsio`, MP4 through PyAV in :mod:`harness.media`,
 references through the hash-verifying :class:`~harness.references.ReferenceStore`), written as
 PNGs into the report's ``images/`` folder: each frame at full size, a thumbnail when the frame is
-large, and a heat map of the absolute difference between two frames.
+large, and a heat map of the absolute difference between two frames, scaled to that pair's
+largest difference (a 1/255 drift is as visible as a large one; the caption states the scale).
 
 Anything that cannot be decoded is a :class:`ImageError` with the file and the cause, which the
 report shows in place of the picture; it never stops the rendering.
@@ -26,8 +27,9 @@ from harness.references.store import ReferenceStore
 
 THUMB_PX = 192  # longest side of a thumbnail; smaller frames are their own thumbnail
 VIDEO_SUFFIXES = (".mp4", ".mkv", ".webm", ".mov", ".avi")
-# Heat-map colours (black -> purple -> orange -> yellow -> white) at evenly spaced stops.
-_STOPS = np.array(
+# Heat-map colours (black -> purple -> orange -> yellow -> white) at evenly spaced stops; the
+# page's colour bar (.heatbar in report.css) is the same gradient.
+STOPS = np.array(
     [[0, 0, 0], [87, 16, 110], [188, 55, 84], [249, 142, 9], [252, 255, 164]], dtype=np.float64
 )
 
@@ -122,20 +124,40 @@ def reference_audio(store: ReferenceStore, key: str) -> tuple[np.ndarray, int]:
         raise ImageError(str(exc)) from exc
 
 
-def heat(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float, float]:
-    """The absolute difference of two uint8 frames, coloured on a fixed scale (white at a
-    difference of 32 or more, of 255), and its max and mean; a fixed scale keeps identical
-    frames black and a small drift dark, where a scale to the largest difference would not."""
+@dataclass(frozen=True)
+class Heat:
+    """The difference of two frames: ``rgb`` coloured from black (equal) to the top of the scale
+    at ``max``, or None where the frames are identical; ``max`` and ``mean`` on 0-255."""
+
+    rgb: np.ndarray | None
+    max: float
+    mean: float
+
+    @property
+    def scale(self) -> str:
+        """What the colour bar spans, in 0-1 units and in 1/255 steps: ``0 .. 0.0039 (1/255)``."""
+        if self.max == 0:
+            return "identical"
+        return f"0 .. {self.max / 255:.2g} ({self.max:g}/255)"
+
+
+def heat(a: np.ndarray, b: np.ndarray) -> Heat:
+    """The absolute difference of two uint8 frames (the largest over the channels), coloured on
+    a scale from 0 to the pair's own largest difference, so a difference of 1/255 is drawn at
+    full scale instead of as a black square; identical frames have no picture."""
     if a.shape != b.shape:
         raise ImageError(f"frames differ in shape: {list(a.shape)} vs {list(b.shape)}")
-    diff = np.abs(a.astype(np.int16) - b.astype(np.int16)).astype(np.float64)
+    diff = np.abs(a.astype(np.int16) - b.astype(np.int16))
     if diff.ndim == 3:
         diff = diff.max(axis=2)
-    t = np.clip(diff / 32.0, 0.0, 1.0) * (len(_STOPS) - 1)
-    i = np.minimum(t.astype(int), len(_STOPS) - 2)
+    mx, mean = float(diff.max()), float(diff.mean())
+    if mx == 0:
+        return Heat(None, 0.0, 0.0)
+    t = diff * ((len(STOPS) - 1) / mx)
+    i = np.minimum(t.astype(int), len(STOPS) - 2)
     frac = (t - i)[..., None]
-    rgb = _STOPS[i] * (1 - frac) + _STOPS[i + 1] * frac
-    return rgb.round().astype(np.uint8), float(diff.max()), float(diff.mean())
+    rgb = STOPS[i] * (1 - frac) + STOPS[i + 1] * frac
+    return Heat(rgb.round().astype(np.uint8), mx, mean)
 
 
 def _thumbnail(frame: np.ndarray) -> np.ndarray:

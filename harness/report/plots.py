@@ -146,11 +146,26 @@ def _columns(points: Sequence[Point]) -> dict[tuple[str, str], int]:
     return out
 
 
+def _ticks(lo: float, hi: float, n: int = 4) -> list[float]:
+    """About ``n`` round values from ``lo`` to ``hi`` (1, 2 or 5 times a power of ten apart)."""
+    raw = (hi - lo) / n
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+    first = math.ceil(lo / step) * step
+    return [first + k * step for k in range(int((hi - first) / step + 1e-9) + 1)]
+
+
 def frame_line(
-    metric: str, frames: Sequence[int], values: Sequence[float | None], threshold: float | None
+    metric: str,
+    frames: Sequence[int],
+    values: Sequence[float | None],
+    threshold: float | None,
+    op: str = ">=",
 ) -> Markup:
-    """A metric over the compared frames (infinite values drawn at the top, labelled inf),
-    with the threshold as a red dashed line."""
+    """A metric over the compared frames, 480x200 with a value axis and a frame axis, the
+    threshold as a red dashed line and the worst frame (the lowest for a ``>=`` check, the
+    highest for ``<=``) marked and named. Infinite values (PSNR of identical frames) are drawn
+    at the top of the axis and named in the caption."""
     pts = [
         (f, float(v))
         for f, v in zip(frames, values, strict=True)
@@ -158,36 +173,68 @@ def frame_line(
     ]
     if len(pts) < 2:
         return Markup("")
-    width, height, pad = 300, 70, 6
+    width, height = 480, 200
+    left, right, top, bottom = 58, 12, 10, 40
+    pw, ph = width - left - right, height - top - bottom
     finite = [v for _f_, v in pts if math.isfinite(v)]
     if threshold is not None and math.isfinite(threshold):
         finite.append(float(threshold))
     lo, hi = (min(finite), max(finite)) if finite else (0.0, 1.0)
     if hi == lo:
-        lo, hi = lo - 0.5, hi + 0.5
-    f0, f1 = frames[0], frames[-1]
+        lo, hi = lo - (abs(lo) * 0.01 or 0.5), hi + (abs(hi) * 0.01 or 0.5)
+    pad = (hi - lo) * 0.08
+    lo, hi = lo - pad, hi + pad
+    f0, f1 = pts[0][0], pts[-1][0]
 
-    def x(f: int) -> float:
-        return pad + (width - 2 * pad) * ((f - f0) / ((f1 - f0) or 1))
+    def x(f: float) -> float:
+        return left + pw * ((f - f0) / ((f1 - f0) or 1))
 
     def y(v: float) -> float:
         v = hi if math.isinf(v) else v
-        return pad + (height - 2 * pad - 12) * (1 - (v - lo) / (hi - lo))
+        return top + ph * (1 - (v - lo) / (hi - lo))
 
-    line = " ".join(f"{_f(x(f))},{_f(y(v))}" for f, v in pts)
     parts = [
         f'<svg class="plot frames" role="img" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}"><title>{escape(metric)} per frame</title>',
-        f'<polyline points="{line}" fill="none" stroke="{COLOURS["output"]}"/>',
+        f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#9ca3af"/>',
     ]
-    if threshold is not None and math.isfinite(threshold):
+    for t in _ticks(lo, hi):
         parts.append(
-            f'<line x1="{pad}" x2="{width - pad}" y1="{_f(y(threshold))}" '
-            f'y2="{_f(y(threshold))}" stroke="#dc2626" stroke-dasharray="3 3"/>'
+            f'<line x1="{left - 4}" x2="{left + pw}" y1="{_f(y(t))}" y2="{_f(y(t))}" '
+            f'stroke="#e5e7eb"/><text x="{left - 6}" y="{_f(y(t) + 3)}" font-size="10" '
+            f'text-anchor="end">{escape(fmt_number(round(t, 6)))}</text>'
         )
+    for t in _ticks(f0, f1 if f1 > f0 else f0 + 1, 6):
+        if f0 <= t <= f1 and float(t).is_integer():
+            parts.append(
+                f'<line x1="{_f(x(t))}" x2="{_f(x(t))}" y1="{top + ph}" y2="{top + ph + 4}" '
+                f'stroke="#9ca3af"/><text x="{_f(x(t))}" y="{top + ph + 15}" font-size="10" '
+                f'text-anchor="middle">{int(t)}</text>'
+            )
+    line = " ".join(f"{_f(x(f))},{_f(y(v))}" for f, v in pts)
+    parts.append(f'<polyline points="{line}" fill="none" stroke="{COLOURS["output"]}"/>')
+    if threshold is not None and math.isfinite(threshold):
+        ty = _f(y(threshold))
+        parts.append(
+            f'<line class="threshold" x1="{left}" x2="{left + pw}" y1="{ty}" y2="{ty}" '
+            f'stroke="#dc2626" stroke-dasharray="4 3"/><text x="{left + pw - 2}" '
+            f'y="{_f(y(threshold) - 3)}" font-size="10" fill="#dc2626" text-anchor="end">'
+            f"threshold {escape(op)} {escape(fmt_number(threshold))}</text>"
+        )
+    worst_f, worst_v = (min if op.startswith(">") else max)(pts, key=lambda p: (p[1], -p[0]))
+    if len({v for _f_, v in pts}) > 1:  # every frame alike: no frame is the worst
+        wx, wy = x(worst_f), y(worst_v)
+        anchor = "end" if wx > left + pw / 2 else "start"
+        parts.append(
+            f'<circle class="worst" cx="{_f(wx)}" cy="{_f(wy)}" r="4" fill="#dc2626">'
+            f"<title>worst: frame {worst_f}</title></circle>"
+            f'<text x="{_f(wx + (-7 if anchor == "end" else 7))}" '
+            f'y="{_f(min(wy + 14, top + ph - 3))}" font-size="10" text-anchor="{anchor}">'
+            f"worst: frame {worst_f}, {escape(fmt_number(worst_v))}</text>"
+        )
+    inf = " (inf drawn at the top)" if any(math.isinf(v) for _f_, v in pts) else ""
     parts.append(
-        f'<text x="{pad}" y="{height - 2}" font-size="10">{escape(metric)} over frames '
-        f"{f0}-{f1}: {escape(fmt_number(lo))} .. {escape(fmt_number(hi))}"
-        f"{' (inf at top)' if any(math.isinf(v) for _f_, v in pts) else ''}</text></svg>"
+        f'<text x="{left}" y="{height - 6}" font-size="11">{escape(metric)} per frame, '
+        f"frames {f0}-{f1}{inf}</text></svg>"
     )
     return Markup("".join(parts))

@@ -16,6 +16,7 @@ import pytest
 from harness.checks.latency import budget_checks
 from harness.model import Attempt, CaseResult, CheckResult, RunReport
 from harness.platforms import policy
+from harness.report.detail import decode
 from harness.report.github import run_annotations
 from harness.report.html import render_run_html
 from harness.report.junit import write_junit
@@ -120,7 +121,8 @@ def test_contention_is_shown_with_its_figures_in_every_report(tmp_path: Path) ->
 
     html = render_run_html(report, tmp_path)
     assert 'class="badge s-contention">contention</span>' in html
-    assert '<td class="s-contention">contention' in html
+    (case,) = decode(html)  # the checks table the page draws when the case opens
+    assert [row[4] for row in case["checks"]] == ["contention"]
 
     text = explain_checks(report.cases[0].checks)
     assert text.startswith(f"budget({STAGE}): CONTENTION")

@@ -13,6 +13,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
+from harness.fsio import read_array, write_array
 from harness.model import Attempt, CaseResult, CheckResult, ErrorInfo
 
 REPO = Path(__file__).resolve().parents[2]
@@ -107,16 +110,27 @@ def add_injection(run_dir: Path) -> None:
     (run_dir / "workers" / "evil-cpu-001.log").write_text(f"worker says {INJECTION}\n")
 
 
+def nudge_video(run_dir: Path) -> None:
+    """Add 1 (of 255) to the top rows of every saved video frame of a run: a difference a heat
+    map on a 0-255 scale draws as a black square (the exact-GELU head's 89 -> 68 dB)."""
+    for path in run_dir.glob("outputs/*/*/video.safetensors"):
+        frames = np.asarray(read_array(path)).copy()
+        top = frames[:, :4]
+        frames[:, :4] = np.where(top < 255, top + 1, top - 1)
+        write_array(path, frames)
+
+
 @dataclass(frozen=True)
 class Reports:
     run: Path  # a real run plus the injection case, re-rendered with `harness report`
-    comparison: Path  # `harness compare` of two saved real runs
+    comparison: Path  # `harness compare` of two saved real runs, head's frames nudged by 1/255
     base: Path
     head: Path
 
 
 def build(root: Path) -> Reports:
     base, head = run_once(root / "a"), run_once(root / "b")
+    nudge_video(head)
     proc = harness("compare", base, head, "--out", root / "cmp", "-q")
     assert proc.returncode in (0, 1), proc.stderr
     (comparison,) = (root / "cmp").iterdir()

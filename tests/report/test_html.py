@@ -3,6 +3,7 @@ images written and decodable, every string from a case escaped."""
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import replace
 from html.parser import HTMLParser
@@ -20,26 +21,31 @@ pytestmark = pytest.mark.slow
 
 
 class Tags(HTMLParser):
-    """Every start tag with its attributes, and the text of every <script>."""
+    """Every start tag with its attributes, the text of every <script> that runs, and of every
+    data block (``<script type="application/json">``)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.tags: list[tuple[str, dict[str, str | None]]] = []
         self.scripts: list[str] = []
-        self._in_script = False
+        self.data: list[str] = []
+        self._into: list[str] | None = None
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self.tags.append((tag, dict(attrs)))
-        self._in_script = tag == "script"
+        self._into = None
         if tag == "script":
-            self.scripts.append("")
+            self._into = (
+                self.data if dict(attrs).get("type") == "application/json" else self.scripts
+            )
+            self._into.append("")
 
     def handle_endtag(self, tag: str) -> None:
-        self._in_script = False
+        self._into = None
 
     def handle_data(self, data: str) -> None:
-        if self._in_script:
-            self.scripts[-1] += data
+        if self._into is not None:
+            self._into[-1] += data
 
 
 def parse(path: Path) -> Tags:
@@ -54,7 +60,9 @@ def test_page_is_self_contained_and_its_images_exist(reports: Reports, which: st
     tags = parse(folder / "index.html")
     srcs = [a["src"] for t, a in tags.tags if t == "img"]
     hrefs = [a["href"] for t, a in tags.tags if t == "a" and a.get("href")]
-    assert len(srcs) >= 9, "3 frames x (reference, output|base, diff|head) at least"
+    # 3 frames x (reference, output) on a run, whose output is its reference ("identical", no
+    # heat map); x (reference, base, head, |head - base|) on the comparison (head nudged)
+    assert len(srcs) >= (12 if which == "comparison" else 6), srcs
     for ref in [*srcs, *hrefs]:
         assert ref is not None
         assert not re.match(r"[a-z]+:", ref), f"{ref}: the page must load nothing from elsewhere"
@@ -64,13 +72,18 @@ def test_page_is_self_contained_and_its_images_exist(reports: Reports, which: st
             assert media.read_png(target).size > 0
     assert not [t for t, a in tags.tags if t in ("link", "iframe", "object", "embed")]
     assert not [a for t, a in tags.tags if t == "script" and a.get("src")]
-    assert len(tags.scripts) == 1, "one inline script: the table's filter and sort"
+    assert len(tags.scripts) == 1, "one inline script: filter, sort, draw a case when opened"
+    assert len(tags.data) == (1 if which != "comparison" else 0), "a run page's case data"
+    for block in tags.data:
+        assert "<" not in block and json.loads(block)["cases"]
 
 
 def test_injection_case_is_escaped_everywhere(reports: Reports) -> None:
     text = (reports.run / "index.html").read_text("utf-8")
     tags = parse(reports.run / "index.html")
     assert len(tags.scripts) == 1 and "alert" not in tags.scripts[0]
+    (data,) = tags.data  # the case's strings are data, drawn as text by the page's script
+    assert INJECTION in json.loads(data)["strings"] and "<" not in data
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
     for raw in (INJECTION, "<img src=x", "<b onmouseover", "</pre><script>"):
         assert raw not in text, raw
@@ -96,13 +109,23 @@ def test_run_page_shows_the_real_case(reports: Reports) -> None:
         assert expected in text, expected
 
 
-def test_heat_maps_of_identical_frames_are_black(reports: Reports) -> None:
-    # two runs of one seeded case give the same frames: |head - base| is zero everywhere
+def test_a_one_step_difference_is_drawn_at_full_scale_with_its_scale(reports: Reports) -> None:
+    # head's frames differ from base's by 1/255 in their top rows (reportruns.nudge_video)
     text = (reports.comparison / "index.html").read_text("utf-8")
     diffs = re.findall(r'<a href="(images/[^"]+)"><img[^>]+alt="\|head - base\| frame', text)
-    assert diffs
+    assert len(diffs) == 3
     for d in diffs:
-        assert media.read_png(reports.comparison / d).max() == 0
+        rgb = media.read_png(reports.comparison / d)
+        assert (rgb[:4] == [252, 255, 164]).all() and rgb[4:].max() == 0
+    assert text.count("<span>0.0039 (1/255)</span>") == 3
+    assert text.count('class="heatbar"') == 3
+
+
+def test_identical_frames_say_identical_and_have_no_heat_map(reports: Reports) -> None:
+    # the run's output is its reference, frame for frame, on the frames shown
+    text = (reports.run / "index.html").read_text("utf-8")
+    assert '<span class="identical">identical</span><figcaption>|output - reference|' in text
+    assert 'alt="|output - reference| frame' not in text
 
 
 def test_comparison_page_has_strip_plots_and_the_divergence_in_words(reports: Reports) -> None:

@@ -13,7 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from reportruns import INJECTION, Reports
+from reportruns import INJECTION, Reports, injection_case
+
+from harness.model import Attempt, CaseResult, RunReport
+from harness.report.html import write_run_html
 
 NAME = f"loader/{INJECTION}[cpu]"  # the injection case's display name
 
@@ -51,7 +54,9 @@ class Watch:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        # file access from files: a canvas may read the pixels of the page's own images
+        args = ["--no-sandbox", "--allow-file-access-from-files"]
+        b = p.chromium.launch(executable_path=CHROMIUM, args=args)
         print(f"browser: {CHROMIUM}, version {b.version}")
         yield b
         b.close()
@@ -99,12 +104,26 @@ def visible_names(page: Any) -> list[str]:
 
 
 def assert_images_and_plots_show(page: Any) -> None:
+    page.wait_for_function("Array.from(document.images).every(i => i.complete)")
     widths = page.eval_on_selector_all("img", "imgs => imgs.map(i => i.naturalWidth)")
-    assert len(widths) >= 9 and all(w > 0 for w in widths), widths
+    assert len(widths) >= 6 and all(w > 0 for w in widths), widths
     boxes = page.eval_on_selector_all(
         "svg.plot", "svgs => svgs.map(s => s.getBoundingClientRect().width)"
     )
     assert boxes and all(b > 0 for b in boxes), boxes
+
+
+# The largest channel value of each image, read back from a canvas it is drawn on.
+HEAT_MAX = """imgs => imgs.map(img => {
+  const c = document.createElement("canvas");
+  c.width = img.naturalWidth; c.height = img.naturalHeight;
+  const g = c.getContext("2d");
+  g.drawImage(img, 0, 0);
+  const px = g.getImageData(0, 0, c.width, c.height).data;
+  let m = 0;
+  for (let i = 0; i < px.length; i += 4) { m = Math.max(m, px[i], px[i + 1], px[i + 2]); }
+  return m;
+})"""
 
 
 def test_run_report_in_a_browser(browser: Any, reports: Reports, tmp_path: Path) -> None:
@@ -116,7 +135,7 @@ def test_run_report_in_a_browser(browser: Any, reports: Reports, tmp_path: Path)
     # the injection case is inert text: shown as written, no script of it ran
     cell = page.locator("#cases tbody tr", has_text="alert(1)").first
     assert INJECTION in cell.inner_text()
-    assert page.evaluate("document.querySelectorAll('script').length") == 1
+    assert page.evaluate("document.querySelectorAll('script:not([type])').length") == 1
     assert page.locator("text=worker says <script>alert(1)</script>").count() >= 1
 
     # filtering by kind, by status, and by clicking a count in the summary bar
@@ -147,6 +166,19 @@ def test_run_report_in_a_browser(browser: Any, reports: Reports, tmp_path: Path)
     page.locator("#cases thead th", has_text="case").click()
     assert visible_names(page) == sorted(visible_names(page))
 
+    # the cases' tables, drawn from the page's data when a case opens (both are open)
+    pipeline = page.locator("section.case", has_text="pipeline/t2va-int8[cpu]").first
+    assert pipeline.locator("table.checks td", has_text="ssim(video)").count() == 1
+    assert pipeline.locator("table.stages td", has_text="DenoisingStage").count() >= 1
+    assert pipeline.locator("figure", has_text="identical").count() == 3
+    # an error is one line in its table; the whole message one click away
+    evil = page.locator("section.case", has_text="loader/").first
+    cell = evil.locator("table.attempts td").last
+    assert cell.locator("details.error").count() == 1
+    assert not cell.locator("details.error pre").first.is_visible()
+    cell.locator("details.error > summary").click()
+    assert "log: /elsewhere/workers/evil-cpu-001.log" in cell.locator("pre").first.inner_text()
+
     screenshot(page, tmp_path, "run-report.png")
     watch.assert_clean()
 
@@ -164,6 +196,10 @@ def test_comparison_report_in_a_browser(browser: Any, reports: Reports, tmp_path
     assert len(visible_names(page)) == verdicts.count(verdicts[0])
     page.locator("#summary button").first.click()  # a verdict count filters too
     assert page.input_value("#filter-verdict") == ""  # clicking the one chosen clears it
+    # head differs from base by 1/255 (reportruns.nudge_video): every heat map shows it
+    maxima = page.eval_on_selector_all('img[alt^="|head - base|"]', HEAT_MAX)
+    assert len(maxima) == 3 and all(m == 255 for m in maxima), maxima
+    assert page.locator("figure.heat .scale", has_text="0.0039 (1/255)").count() == 3
     screenshot(page, tmp_path, "comparison-report.png")
     watch.assert_clean()
 
@@ -172,4 +208,30 @@ def test_side_run_report_in_a_browser(browser: Any, reports: Reports, tmp_path: 
     page, watch = open_page(browser, reports.base / "index.html")
     assert_images_and_plots_show(page)
     screenshot(page, tmp_path, "base-run-report.png")
+    watch.assert_clean()
+
+
+def test_a_case_is_drawn_when_it_is_opened(browser: Any, tmp_path: Path) -> None:
+    passed = [
+        CaseResult(f"quant/q{i}", "quant", "cpu", "passed", seed=i,
+                   attempts=(Attempt(f"quant/q{i}", "cpu", 0, "passed", i,
+                                     stages={"LoadStage": 0.01 * i}),))
+        for i in range(30)
+    ]  # fmt: skip
+    report = RunReport("lazy", "2026-01-01T00:00:00+00:00", "2026-01-01T00:01:00+00:00",
+                       ("harness", "run"), "cpu", {},
+                       cases=(*passed, injection_case()))  # fmt: skip
+    page, watch = open_page(browser, write_run_html(report, tmp_path))
+    assert page.locator("div.detail").count() == 1  # only the failed case is open and drawn
+    q3 = page.locator("#case-3")
+    assert q3.locator("table").count() == 0
+    q3.locator("summary").first.click()
+    assert q3.locator("table.stages td", has_text="LoadStage").count() == 1
+    assert q3.locator("p.meta", has_text="seed 3").count() == 1
+    page.locator("#cases a", has_text="quant/q7").click()  # a link to a case opens it
+    assert page.locator("#case-7 details[data-case]").get_attribute("open") is not None
+    assert page.locator("#case-7 table.stages").count() == 1
+    q3.locator("summary").first.click()  # closed and opened again: drawn once
+    q3.locator("summary").first.click()
+    assert q3.locator("div.detail").count() == 1
     watch.assert_clean()

@@ -12,19 +12,36 @@ from harness.fsio import write_array
 from harness.model import Attempt, CaseResult, ErrorInfo
 from harness.report import images, plots
 from harness.report.gallery import run_gallery
-from harness.report.html import Logs
+from harness.report.html import Logs, first_line
 from harness.report.images import ImageFolder
 
 
-def test_heat_map_is_black_where_frames_agree_and_bright_where_they_differ() -> None:
+def test_heat_map_is_scaled_to_the_largest_difference_of_its_frame() -> None:
     a = np.full((8, 8, 3), 100, np.uint8)
     b = a.copy()
-    b[2, 3] = 200
-    rgb, mx, mean = images.heat(a, b)
-    assert mx == 100 and 0 < mean < 2
-    assert rgb[2, 3].tolist() == [252, 255, 164]  # |difference| >= 32: the top of the scale
-    rgb[2, 3] = 0
-    assert rgb.max() == 0
+    b[2, 3] = 101  # a 1/255 difference: full scale, not a black square
+    h = images.heat(a, b)
+    assert h.max == 1 and 0 < h.mean < 1
+    assert h.rgb is not None
+    assert h.rgb[2, 3].tolist() == [252, 255, 164]  # the top of the colour scale
+    h.rgb[2, 3] = 0
+    assert h.rgb.max() == 0  # the rest agrees: black
+    assert h.scale == "0 .. 0.0039 (1/255)"
+    half = images.heat(a, np.full_like(a, 228))  # 128/255 everywhere
+    assert half.rgb is not None and (half.rgb == [252, 255, 164]).all()
+    assert half.scale == "0 .. 0.5 (128/255)"
+
+
+def test_identical_frames_have_no_heat_map() -> None:
+    a = np.full((8, 8, 3), 7, np.uint8)
+    h = images.heat(a, a.copy())
+    assert h.rgb is None and h.max == 0 and h.scale == "identical"
+
+
+def test_the_colour_bar_of_the_page_is_the_heat_map_scale() -> None:
+    css = (Path(images.__file__).parent / "templates" / "report.css").read_text()
+    stops = ",".join("#{:02x}{:02x}{:02x}".format(*map(int, s)) for s in images.STOPS)
+    assert f"linear-gradient(90deg,{stops})" in css
 
 
 def test_large_frames_get_a_thumbnail_linked_to_the_full_size(tmp_path: Path) -> None:
@@ -90,3 +107,26 @@ def test_logs_of_an_attempt_are_found_by_file_name_after_the_run_moved(tmp_path:
     logs = Logs(tmp_path).for_attempt(Attempt("c", "cpu", 0, "crashed", 1, error=err))
     assert [n for n, _ in logs] == ["head-cpu-002.log", "head-cpu-002.stacks"]
     assert logs[0][1].endswith("last line\n") and len(logs[0][1]) == 4000
+
+
+def test_frame_plot_has_axes_the_threshold_and_the_worst_frame() -> None:
+    svg = plots.frame_line("<i>psnr</i>", [0, 1, 2, 3], [89.0, 68.0, float("inf"), 80.0], 40.0)
+    assert 'width="480" height="200"' in svg
+    assert "<i>" not in svg and "&lt;i&gt;psnr" in svg
+    assert 'class="threshold"' in svg and "threshold &gt;= 40" in svg
+    assert "worst: frame 1, 68" in svg  # the lowest value of a >= check
+    assert ">80<" in svg and ">40<" in svg  # value-axis tick labels
+    assert ">0<" in svg and ">3<" in svg  # frame-axis tick labels
+    assert "inf drawn at the top" in svg
+    mae = plots.frame_line("mae", [0, 1, 2], [0.1, 0.5, 0.2], 1.0, "<=")
+    assert "worst: frame 1, 0.5" in mae  # the highest value of a <= check
+    flat = plots.frame_line("ssim", [0, 1, 2], [1.0, 1.0, 1.0], 0.98)
+    assert "worst" not in flat  # every frame alike: none is marked
+
+
+def test_a_table_cell_shows_one_line_of_a_text() -> None:
+    assert first_line("Traceback (most recent call last):\n  File x") == (
+        "Traceback (most recent call last): ..."
+    )
+    assert first_line("x" * 500) == "x" * 160 + " ..."
+    assert first_line("short") == "short"
