@@ -12,7 +12,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from harness.cli import bisect, compare, merge, plan, platforms, refs, report, run
+from harness.cli import bisect, compare, init, merge, plan, platforms, refs, report, run
 from harness.errors import HarnessError
 
 EXAMPLES = """\
@@ -25,6 +25,7 @@ examples:
   harness merge shard-*/ --out reports/merged
   harness refs verify
   harness platforms --runner mi300x            # what this machine has; does the profile fit
+  harness init mystack                         # scaffold cases for your own stack in mystack/
 """
 
 
@@ -44,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in (run, compare, bisect, plan, report, merge, platforms):
+    for module in (run, compare, bisect, plan, report, merge, platforms, init):
         module.add_parser(sub)
     refs.add_parser(sub)
     return parser
