@@ -76,6 +76,8 @@ def lacks_reference(check: CheckResult) -> bool:
     """True for a failed quality check whose output has no reference (no store, or nothing
     pinned on the lookup chain): blessing the output is the fix, not a change of code."""
     return check.passed is False and (check.reason or "").startswith(NO_REFERENCE)
+
+
 _VIDEO_KINDS = ("video", "image")
 
 

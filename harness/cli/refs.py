@@ -222,7 +222,7 @@ def bless_hints(report: RunReport, run_dir: Path, references: Path | None) -> li
 
     lines = []
     for case in report.cases:
-        blocking = [c for c in case.checks if c.passed is False and c.policy == "fail"]
+        blocking = [c for c in case.checks if c.blocking]
         if case.simulated or not blocking or not all(map(lacks_reference, blocking)):
             continue
         argv = ["harness", "refs", "bless", "--run", str(run_dir), "--case", case.id]
