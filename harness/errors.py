@@ -12,6 +12,7 @@
      +-- MetricNotRun          a metric that could not run (no CLIP model): never a pass
      +-- MediaError            a video/audio/image file that cannot be decoded
      +-- ReferenceStoreError   the reference store: missing, tampered or refused
+     |    +-- NoReferenceError   no reference pinned yet for an output: bless one
      |    +-- BlessRefusedError  bless would not pin an output (harness.bless)
      +-- InfrastructureError   the harness itself could not run work          (exit 3)
           +-- WorkerError      a worker process misbehaved (protocol, start-up)
@@ -85,6 +86,11 @@ class ReferenceStoreError(HarnessError):
     """The reference store is missing a file, a hash does not match, or bless refused."""
 
     exit_code = 2
+
+
+class NoReferenceError(ReferenceStoreError):
+    """No reference is pinned for an output on its lookup chain (or there is no store yet):
+    nothing is wrong with the store, the output has not been blessed."""
 
 
 class InfrastructureError(HarnessError):

@@ -43,13 +43,22 @@ from typing import Any
 import numpy as np
 
 from harness import media, metrics
-from harness.errors import HarnessError
+from harness.errors import HarnessError, NoReferenceError
 from harness.fsio import read_array
 from harness.metrics import MetricResult, Reduce
 from harness.model import Case, CheckResult, CheckSpec, compare, fmt_number
 from harness.references.store import ReferenceEntry, ReferenceStore
 
-__all__ = ["AUDIO_METRICS", "CLIP_ENV", "COMPARE_MARGIN", "QUALITY_METRICS", "compare", "evaluate"]
+__all__ = [
+    "AUDIO_METRICS",
+    "CLIP_ENV",
+    "COMPARE_MARGIN",
+    "NO_REFERENCE",
+    "QUALITY_METRICS",
+    "compare",
+    "evaluate",
+    "lacks_reference",
+]
 
 # Every registered metric compares an output with its reference.
 QUALITY_METRICS: frozenset[str] = frozenset(metrics.names())
@@ -58,6 +67,17 @@ CLIP_ENV = "HARNESS_CLIP_MODEL"
 # A check setting read by `harness compare` (the quality margin of that metric for the case).
 COMPARE_MARGIN = "compare_margin"
 CLIP_NOT_CONFIGURED = f"no CLIP model configured (set {CLIP_ENV})"
+# How the reason of a check that failed only because its output was never blessed begins:
+# `harness run` then prints the bless command that pins it (:func:`lacks_reference`).
+NO_REFERENCE = "no reference yet"
+
+
+def lacks_reference(check: CheckResult) -> bool:
+    """True for a failed quality check whose output has no reference (no store, or nothing
+    pinned on the lookup chain): blessing the output is the fix, not a change of code."""
+    return check.passed is False and (check.reason or "").startswith(NO_REFERENCE)
+
+
 _VIDEO_KINDS = ("video", "image")
 
 
@@ -119,14 +139,16 @@ def evaluate(
     if store is None:
         return result(
             False,
-            f"no reference store configured, so output '{name}' has no reference to compare "
-            "with (pass --references DIR)",
+            f"{NO_REFERENCE}: output '{name}' has nothing to compare with (no reference "
+            "store: no references/ folder here and no --references DIR)",
             output=name,
         )
     reference_id = case.reference or case.id
     try:
         entry = store.lookup(reference_id, name, platform_chain)
         obtained = _obtained(name, spec.metric, outputs, arrays)
+    except NoReferenceError as exc:
+        return result(False, f"{NO_REFERENCE}: {exc}", output=name)
     except (HarnessError, _CheckFailed) as exc:
         return result(False, str(exc), output=name)
     where = {"reference": entry.key, "reference_blessed": entry.blessed.when}

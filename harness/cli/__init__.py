@@ -12,7 +12,18 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from harness.cli import bisect, compare, completion, merge, plan, platforms, refs, report, run
+from harness.cli import (
+    bisect,
+    compare,
+    completion,
+    init,
+    merge,
+    plan,
+    platforms,
+    refs,
+    report,
+    run,
+)
 from harness.errors import HarnessError
 
 EXAMPLES = """\
@@ -25,6 +36,7 @@ examples:
   harness merge shard-*/ --out reports/merged
   harness refs verify
   harness platforms --runner mi300x            # what this machine has; does the profile fit
+  harness init mystack                         # scaffold cases for your own stack in mystack/
   harness completion bash                      # shell completion for these commands
   harness --version
 """
@@ -61,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"harness {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in (run, compare, bisect, plan, report, merge, platforms):
+    for module in (run, compare, bisect, plan, report, merge, platforms, init):
         module.add_parser(sub)
     refs.add_parser(sub)
     completion.add_parser(sub)

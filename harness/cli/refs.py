@@ -6,13 +6,20 @@ Exit codes: 0 ok; 1 ``verify`` found problems; 2 bad input, or ``bless`` refused
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.errors import HarnessError
 
-__all__ = ["add_parser", "main_refs"]
+if TYPE_CHECKING:
+    from harness.model import RunReport
+
+__all__ = ["add_parser", "bless_hints", "main_refs"]
+
+# The reason the printed first-bless command records in the manifest (edit it before running).
+FIRST_REASON = "first reference"
 
 REFS_EXAMPLE = """\
 examples:
@@ -201,3 +208,28 @@ def _verify(args: argparse.Namespace) -> int:
         return 1
     print(f"ok: {args.references} ({counts} verified)")
     return 0
+
+
+def bless_hints(report: RunReport, run_dir: Path, references: Path | None) -> list[str]:
+    """For each case that failed only because its outputs have no reference yet, a line with
+    the exact command that blesses them, e.g. ``no reference yet; bless with harness refs
+    bless --run reports/20261201-101500 --case mystack-t2v --reason 'first reference'``.
+
+    Simulated results are never blessed, so they get no line; ``references`` is the store the
+    run was given (None: the default ``references/``, left out of the command).
+    """
+    from harness.checks.quality import NO_REFERENCE, lacks_reference
+
+    lines = []
+    for case in report.cases:
+        blocking = [c for c in case.checks if c.blocking]
+        if case.simulated or not blocking or not all(map(lacks_reference, blocking)):
+            continue
+        argv = ["harness", "refs", "bless", "--run", str(run_dir), "--case", case.id]
+        if sum(c.id == case.id for c in report.cases) > 1:
+            argv += ["--platform", case.platform]
+        if references is not None:
+            argv += ["--references", str(references)]
+        argv += ["--reason", FIRST_REASON]
+        lines.append(f"{case.name}: {NO_REFERENCE}; bless with {shlex.join(argv)}")
+    return lines

@@ -110,6 +110,7 @@ def main(args: argparse.Namespace) -> int:
     from harness.cases.plan import shuffle_plan
     from harness.cases.shard import parse_shard_spec
     from harness.cli.progress import ProgressDisplay
+    from harness.cli.refs import bless_hints
     from harness.cli.sharding import shard_plan
     from harness.cli.suite import load, platforms
     from harness.execution.run import Runner, RunOptions
@@ -219,6 +220,8 @@ def main(args: argparse.Namespace) -> int:
                 )
     for m in report.missing:
         print(f"  missing  {m.name}: {m.reason}", file=sys.stderr)
+    for line in bless_hints(report, runner.run_dir, args.references):
+        print(f"  {line}", file=sys.stderr)
     for fault in report.infra_errors:
         print(f"  harness  {fault}", file=sys.stderr)
     # GitHub Actions: the job summary (GITHUB_STEP_SUMMARY) and ::error annotations.

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from harness import media
-from harness.errors import ReferenceStoreError
+from harness.errors import NoReferenceError, ReferenceStoreError
 from harness.fsio import read_array
 from harness.references.layout import misplaced
 from harness.references.manifest import (
@@ -110,7 +110,7 @@ class ReferenceStore:
             detail = f"no reference '{reference_id}' in {self.root / MANIFEST_NAME}"
         else:
             detail = f"reference '{reference_id}' has outputs {have} for platform classes {pinned}"
-        raise ReferenceStoreError(
+        raise NoReferenceError(
             f"no reference for output '{output}' of '{reference_id}' on platform chain "
             f"{list(platform_chain)}: {detail}; bless one with "
             f"`harness refs bless --run <run dir> --case {reference_id}`"

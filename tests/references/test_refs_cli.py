@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pytest
 from refs_helpers import MakeRun, video
 
+from harness.checks.quality import NO_REFERENCE
 from harness.cli import refs as cli_refs
+from harness.model import CaseResult, CheckResult, RunReport
 from harness.references.store import ReferenceStore
 
 
@@ -88,3 +91,39 @@ def test_force_does_not_bless_a_simulated_run(
     assert "REFUSED pipeline/c[npu]: a simulated npu result can never be a reference" in (
         capsys.readouterr().out
     )
+
+
+def _case(cid: str, *checks: CheckResult, simulated: bool = False) -> CaseResult:
+    return CaseResult(cid, "pipeline", "cpu", "failed", simulated=simulated, checks=checks)
+
+
+def _check(metric: str, reason: str, policy: Literal["fail", "warn"] = "fail") -> CheckResult:
+    return CheckResult(metric, metric, None, ">=", 0.9, policy, False, "video", reason)
+
+
+def test_bless_hint_names_the_exact_command_for_outputs_without_a_reference() -> None:
+    none_yet = _check("ssim", f"{NO_REFERENCE}: no reference for output 'video' of 'a'")
+    other = _check("note.x", "obtained 1, required == 2")
+    report = RunReport(
+        "r1",
+        "",
+        "",
+        (),
+        "cpu",
+        {},
+        (
+            _case("a", none_yet, _check("psnr", f"{NO_REFERENCE}: ...")),
+            _case("b", none_yet, other),  # blessing would not fix b: no hint
+            _case("c", none_yet, simulated=True),  # never blessed
+            _case("d", none_yet, _check("clip", "below", policy="warn")),
+        ),
+    )
+    hints = cli_refs.bless_hints(report, Path("reports/r 1"), None)
+    assert hints == [
+        "pipeline/a[cpu]: no reference yet; bless with harness refs bless --run 'reports/r 1' "
+        "--case a --reason 'first reference'",
+        "pipeline/d[cpu]: no reference yet; bless with harness refs bless --run 'reports/r 1' "
+        "--case d --reason 'first reference'",
+    ]
+    store = cli_refs.bless_hints(report, Path("out/r1"), Path("refs"))
+    assert store[0].endswith("--run out/r1 --case a --references refs --reason 'first reference'")

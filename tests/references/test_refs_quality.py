@@ -11,7 +11,7 @@ import pytest
 from refs_helpers import MakeRun, audio, video
 from safetensors.numpy import save_file
 
-from harness.checks.quality import CLIP_NOT_CONFIGURED, compare, evaluate
+from harness.checks.quality import CLIP_NOT_CONFIGURED, compare, evaluate, lacks_reference
 from harness.model import Case, CheckResult, CheckSpec
 from harness.references.bless import bless
 from harness.references.store import ReferenceStore
@@ -117,6 +117,9 @@ def test_missing_reference_fails(store: ReferenceStore) -> None:
     assert "NOT RUN" not in format_table(missing) and "FAILED" in format_table(missing)
     no_output = evaluate(_check("ssim", ">=", 0.9, output="vid"), CASE, CHAIN, {}, {}, store)
     assert no_output.passed is False and "no output 'vid'" in (no_output.reason or "")
+    # Blessing fixes the first two (`harness run` prints the command), not a missing output.
+    assert lacks_reference(none) and lacks_reference(missing)
+    assert not lacks_reference(no_output)
 
 
 def test_tampered_reference_fails(store: ReferenceStore, store_root: Path) -> None:
@@ -125,6 +128,7 @@ def test_tampered_reference_fails(store: ReferenceStore, store_root: Path) -> No
     arrays = {"video": video(0)}
     check = evaluate(_check("ssim", ">=", 0.9), CASE, CHAIN, _outputs(**arrays), arrays, store)
     assert check.passed is False and "does not match the manifest" in (check.reason or "")
+    assert not lacks_reference(check)  # a tampered store is not fixed by a first bless
 
 
 def test_shape_mismatch_fails(store: ReferenceStore) -> None:
