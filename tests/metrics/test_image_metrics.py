@@ -320,3 +320,17 @@ def test_ssim_of_flat_frames_is_the_luminance_term_alone() -> None:
         (2 * 255 * 254 + c1) / (255**2 + 254**2 + c1),
     ]
     np.testing.assert_allclose(metrics.ssim(a, b), want, atol=1e-7, rtol=0)
+
+
+def test_psnr_of_a_frame_with_an_infinite_pixel_is_minus_inf() -> None:
+    # It raised "math domain error" (log10 of 0), so a check reported "could not be computed"
+    # instead of a failing value; scikit-image and numpy read it as -inf.
+    a = np.full((3, 16, 16, 3), 100.0)
+    b = a.copy()
+    b[0, 4, 4, 0] = np.inf
+    b[1, 4, 4, 0] = np.nan
+    got = metrics.psnr(a, b)
+    assert got[0] == -math.inf and math.isnan(got[1]) and got[2] == math.inf
+    m = metrics.PSNR()
+    m.update(a, b)
+    assert math.isnan(m.compute().value or 0.0)
