@@ -1,9 +1,11 @@
 """Benchmark: whole-video SSIM + PSNR + MAE, harness.metrics vs a per-frame scikit-image loop.
 
 Generates a seeded 124x512x768x3 uint8 reference and a degraded variant (blur + noise), runs
-both implementations with the same settings in one process, and prints both wall times, the
-speed ratio and the largest per-frame differences. The acceptance bar is ratio >= 3 and
-max |dSSIM| <= 1e-4.
+both implementations with the same settings in one process, interleaved, and prints every
+repeat's speed ratio, the *smallest* of them and the largest per-frame differences. The
+acceptance bar is a smallest ratio >= 10 and max |dSSIM| <= 1e-4; below it the exit status is 1.
+The machine's load is printed with the figures: on a shared 2-core box both sides slow down,
+and the harness's frame threads only help as far as cores are free.
 
     python bench/bench_metrics.py            # full size
     python bench/bench_metrics.py --frames 16
@@ -75,8 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--width", type=int, default=768)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
-        "--repeats", type=int, default=2, help="interleaved runs per side; the best is kept"
+        "--repeats", type=int, default=3, help="interleaved runs per side; the worst ratio counts"
     )
+    ap.add_argument("--min-ratio", type=float, default=10.0, help="the bar on the smallest ratio")
     args = ap.parse_args(argv)
 
     import skimage
@@ -89,33 +92,46 @@ def main(argv: list[str] | None = None) -> int:
     )
     run_harness(ref[:1], test[:1])  # warm-up: first torch call pays one-off dispatch setup
 
-    # Interleaved, best of N: other processes on a shared CI box only ever add time.
+    # Interleaved; each repeat's ratio is measured back to back, and the smallest counts: a
+    # figure that holds in every repeat, not the luckiest one.
+    ratios: list[float] = []
     t_harness = t_skimage = math.inf
+    cpu_harness = cpu_skimage = 0.0
     for _ in range(max(1, args.repeats)):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         hs, hp, hm = run_harness(ref, test)
-        t_harness = min(t_harness, time.perf_counter() - t0)
-        t0 = time.perf_counter()
+        th, cpu_harness = time.perf_counter() - t0, cpu_harness + time.process_time() - c0
+        t0, c0 = time.perf_counter(), time.process_time()
         ss, sp, sm = run_skimage(ref, test)
-        t_skimage = min(t_skimage, time.perf_counter() - t0)
+        ts, cpu_skimage = time.perf_counter() - t0, cpu_skimage + time.process_time() - c0
+        ratios.append(ts / th)
+        t_harness, t_skimage = min(t_harness, th), min(t_skimage, ts)
+        print(f"  repeat {len(ratios)}: skimage {ts:.2f} s, harness {th:.2f} s, {ratios[-1]:.2f} x")
 
-    ratio = t_skimage / t_harness
+    ratio = min(ratios)
     d_ssim = float(np.max(np.abs(hs - ss)))
     d_psnr = float(np.max(np.abs(hp - sp)))
     d_mae = float(np.max(np.abs(hm - sm)))
-    print(f"scikit-image per-frame loop : {t_skimage:8.2f} s")
-    print(f"harness.metrics             : {t_harness:8.2f} s")
-    print(f"speed-up                    : {ratio:8.2f} x")
+    print(f"scikit-image per-frame loop : {t_skimage:8.2f} s (best repeat)")
+    print(f"harness.metrics             : {t_harness:8.2f} s (best repeat)")
+    print(f"speed-up                    : {ratio:8.2f} x (smallest of {len(ratios)} repeats)")
+    # CPU seconds (all threads): what each side costs whatever else runs on the machine; the
+    # bar is on wall time, which the harness's frame threads shorten when cores are free.
+    print(
+        f"CPU time over all repeats  : scikit-image {cpu_skimage:.2f} s, harness "
+        f"{cpu_harness:.2f} s ({cpu_skimage / cpu_harness:.2f} x)"
+    )
     print(f"max |dSSIM| = {d_ssim:.3g}  max |dPSNR| = {d_psnr:.3g} dB  max |dMAE| = {d_mae:.3g}")
     print(
         f"SSIM range {ss.min():.4f}..{ss.max():.4f}, PSNR range {sp.min():.2f}..{sp.max():.2f} dB"
     )
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"1-min load average at the end {load:.2f} on {os.cpu_count()} CPUs")
+    ok = ratio >= args.min_ratio and d_ssim <= 1e-4
     print(
-        f"best of {args.repeats}; 1-min load average at the end {load:.2f} on {os.cpu_count()} CPUs"
+        "PASS" if ok else "FAIL",
+        f"(bar: smallest speed-up >= {args.min_ratio:g}x, max |dSSIM| <= 1e-4)",
     )
-    ok = ratio >= 3.0 and d_ssim <= 1e-4
-    print("PASS" if ok else "FAIL", "(bar: speed-up >= 3x, max |dSSIM| <= 1e-4)")
     return 0 if ok else 1
 
 

@@ -2,7 +2,8 @@
 difference, on the inputs' own scale (0..255 for uint8 video).
 
 PSNR is scikit-image's ``peak_signal_noise_ratio``: ``10 log10(data_range**2 / MSE)`` with the
-MSE over every pixel and channel of the frame; identical frames give ``math.inf``.
+MSE over every pixel and channel of the frame; identical frames give ``math.inf``, a frame
+with an infinite difference ``-math.inf`` and one with NaN ``nan``.
 
 Differences are taken in float64 in cache-sized chunks (64 Ki elements, 512 KiB) into one
 reused buffer: on uint8 video this is memory-bound, and staying in L2 was ~5x faster than
@@ -96,6 +97,8 @@ def psnr(pred: Any, target: Any, *, data_range: float = 255.0) -> np.ndarray:
             out[i] = math.nan
         elif m == 0.0:
             out[i] = math.inf
+        elif math.isinf(m):  # an infinite pixel: log10(0), as numpy and scikit-image read it
+            out[i] = -math.inf
         else:
             out[i] = 10.0 * math.log10(data_range**2 / m)
     return out

@@ -217,3 +217,120 @@ def test_small_frames_share_chunks_and_nan_still_wins(rng: np.random.Generator) 
         np.testing.assert_allclose(got[keep], want[keep], rtol=1e-12)
     assert math.isnan(metrics.psnr(a, b, data_range=1.0)[17])
     assert not np.isnan(np.delete(metrics.psnr(a, b, data_range=1.0), 17)).any()
+
+
+def _flat(value: int, shape: tuple[int, ...] = (1, 16, 16, 3)) -> np.ndarray:
+    return np.full(shape, value, dtype=np.uint8)
+
+
+def _checker(h: int, w: int) -> np.ndarray:
+    board = (np.indices((h, w)).sum(axis=0) % 2 * 255).astype(np.uint8)
+    return np.repeat(board[None, :, :, None], 3, axis=-1)
+
+
+def _adversarial_pairs(rng: np.random.Generator) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Frames where float32 filtering loses the most: flat frames at the range's ends (the
+    variance is a difference of two ~16,000 numbers), one changed pixel, full-contrast
+    checkerboards, anti-correlated noise, and a frame exactly one window in size."""
+    one = _flat(255, (1, 33, 47, 3))
+    one_off = one.copy()
+    one_off[0, 16, 20, 1] = 254
+    noise = rng.integers(0, 256, (3, 40, 50, 3), dtype=np.uint8)
+    bright = rng.integers(250, 256, (2, 64, 64, 3), dtype=np.uint8)
+    nudged = np.clip(bright.astype(np.int64) + rng.integers(-2, 3, bright.shape), 0, 255)
+    return {
+        "flat 0 vs 255": (_flat(0), _flat(255)),
+        "flat 255 vs 254": (_flat(255), _flat(254)),
+        "flat 7 vs 200": (_flat(7), _flat(200)),
+        "one pixel differs": (one, one_off),
+        "checkerboard vs its inverse": (_checker(32, 32), 255 - _checker(32, 32)),
+        "checkerboard vs flat": (_checker(32, 32), _flat(255, (1, 32, 32, 3))),
+        "noise vs noise": (noise, rng.integers(0, 256, noise.shape, dtype=np.uint8)),
+        "noise vs its inverse": (noise, 255 - noise),
+        "bright texture, +-2": (bright, nudged.astype(np.uint8)),
+        "11x11: one valid pixel": (noise[:, :11, :11], 255 - noise[:, :11, :11]),
+        "odd 13x29 grey": (noise[:, 3:16, 5:34, :1], noise[:, 4:17, 5:34, :1]),
+    }
+
+
+def test_ssim_matches_skimage_on_adversarial_frames(rng: np.random.Generator) -> None:
+    for name, (a, b) in _adversarial_pairs(rng).items():
+        expected = [sk_ssim(a[i], b[i]) for i in range(len(a))]
+        np.testing.assert_allclose(
+            metrics.ssim(a, b), expected, atol=SSIM_TOL, rtol=0, err_msg=name
+        )
+
+
+def test_ssim_of_frames_smaller_than_the_window_is_a_clear_error() -> None:
+    for h, w in ((10, 40), (40, 10), (7, 9)):
+        frames = np.zeros((2, h, w, 3), np.uint8)
+        with pytest.raises(ValueError, match=rf"frames are {h}x{w}, smaller than the 11x11"):
+            metrics.ssim(frames, frames)
+
+
+def test_ssim_of_a_frame_in_bands_equals_it_whole(
+    rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A frame larger than one convolution call is cut into bands of rows with the window's
+    # halo; the bands must add up to the frame computed whole, for any band height (to float32
+    # summation order: a misplaced halo row is off by ~1e-3).
+    ref = rng.integers(0, 256, (2, 61, 37, 3), dtype=np.uint8)
+    test = np.clip(ref.astype(np.int64) + rng.integers(-30, 31, ref.shape), 0, 255)
+    test = test.astype(np.uint8)
+    whole = metrics.ssim(test, ref)
+    expected = [sk_ssim(test[i], ref[i]) for i in range(2)]
+    np.testing.assert_allclose(whole, expected, atol=SSIM_TOL, rtol=0)
+    for rows in (1, 2, 7, 50):  # output rows per band: a band's elements are (rows + 10)*37*3
+        monkeypatch.setattr(structural, "_BAND_ELEMS", (rows + 10) * 37 * 3)
+        for workers in (1, 2):
+            banded = metrics.ssim(test, ref, workers=workers)
+            np.testing.assert_allclose(banded, whole, atol=1e-7, rtol=0, err_msg=f"{rows} rows")
+
+
+def test_ssim_reports_nan_and_inf_frames_as_nan_and_identical_ones_as_1() -> None:
+    # As before the convolution path: a frame holding NaN or +-inf (in the valid region or in
+    # the border the window only partly covers) is NaN, never a passing value; a frame equal
+    # to its reference element for element (infinities included) is 1.0.
+    a = np.full((6, 20, 24, 3), 100.0)
+    b = a.copy()
+    b[0, 5, 5, 0] = np.nan
+    b[1, 5, 5, 0] = np.inf
+    b[2, 0, 0, 2] = -np.inf
+    b[3, 19, 23, 1] = np.nan
+    a[4, 7, 7, 1] = b[4, 7, 7, 1] = np.inf
+    got = metrics.ssim(a, b)
+    assert np.isnan(got[:4]).all()
+    assert got[4:].tolist() == [1.0, 1.0]
+    m = metrics.SSIM()
+    m.update(a, b)
+    assert math.isnan(m.compute().value or 0.0)
+
+
+def test_ssim_of_flat_frames_is_the_luminance_term_alone() -> None:
+    # Flat frames have no variance: SSIM is (2 mx my + C1) / (mx^2 + my^2 + C1) exactly. In
+    # float32 about a fixed centre, 255 against 254 was 1.7e-5 off (var(x) + var(y) came out
+    # as a difference of two ~32,000 numbers); each frame centred on its own mean makes it 0.
+    a = np.concatenate([_flat(7), _flat(7), _flat(0), _flat(255)])
+    b = np.concatenate([_flat(200), _flat(7), _flat(255), _flat(254)])
+    c1 = (0.01 * 255) ** 2
+    want = [
+        (2 * 7 * 200 + c1) / (7**2 + 200**2 + c1),
+        1.0,
+        c1 / (255**2 + c1),
+        (2 * 255 * 254 + c1) / (255**2 + 254**2 + c1),
+    ]
+    np.testing.assert_allclose(metrics.ssim(a, b), want, atol=1e-7, rtol=0)
+
+
+def test_psnr_of_a_frame_with_an_infinite_pixel_is_minus_inf() -> None:
+    # It raised "math domain error" (log10 of 0), so a check reported "could not be computed"
+    # instead of a failing value; scikit-image and numpy read it as -inf.
+    a = np.full((3, 16, 16, 3), 100.0)
+    b = a.copy()
+    b[0, 4, 4, 0] = np.inf
+    b[1, 4, 4, 0] = np.nan
+    got = metrics.psnr(a, b)
+    assert got[0] == -math.inf and math.isnan(got[1]) and got[2] == math.inf
+    m = metrics.PSNR()
+    m.update(a, b)
+    assert math.isnan(m.compute().value or 0.0)
