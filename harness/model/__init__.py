@@ -73,6 +73,7 @@ from harness.model.vocab import (
     display_name,
     fmt_number,
     json_number,
+    json_dumps,
     json_safe,
     number_from_json,
 )
@@ -130,6 +131,7 @@ __all__ = [
     "finals",
     "fmt_number",
     "json_number",
+    "json_dumps",
     "json_safe",
     "judged_seconds",
     "number_from_json",
