@@ -24,6 +24,7 @@ from pathlib import Path
 
 TARGET = "def noop(i=0):\n    return None\n"
 GOAL_S = 0.0015
+ARGS = ("run", "cases", "--code-root", "code", "-q", "--run-id", "scale", "--out", "reports")
 
 
 def write_project(root: Path, n: int) -> None:
@@ -49,8 +50,7 @@ def run_cli(root: Path) -> tuple[float, float]:
     cpu0 = _children_cpu()
     t0 = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "run", "cases", "--code-root", "code", "-q"]
-        + ["--run-id", "scale", "--out", "reports"],
+        [sys.executable, "-m", "harness.cli", *ARGS],
         cwd=root,
         capture_output=True,
         text=True,

@@ -35,7 +35,7 @@ class _LazyAV:
 
     def __getattr__(self, name: str) -> Any:
         import av
-        import av.logging  # noqa: F401 - the submodule ``av.logging`` is used below
+        import av.logging
 
         return getattr(av, name)
 

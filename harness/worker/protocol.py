@@ -24,7 +24,6 @@ from typing import Any
 
 from harness.model import Case, case_from_json, case_to_json, json_dumps
 
-
 # The JSON of the cases last sent, by identity: a case is prepared once per side and platform
 # (harness.execution.resolution) and sent with every attempt of it, so its JSON is made once.
 _CASE_JSON: dict[int, tuple[Case, dict[str, Any]]] = {}
