@@ -144,3 +144,65 @@ def test_a_comparison_resolves_once_per_side_and_platform(
     assert calls["reference_chain"] == 2  # per (side, platform)
     assert calls["threshold_chain"] == 2
     assert calls["apply_quality"] + calls["fill_thresholds"] == 6  # per side and case
+
+
+def test_resolver_probes_each_side_and_platform_once_and_judging_looks_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # unit level, no worker: the probe is a stand-in that answers for a simulated platform
+    from harness.execution.devices import DeviceAssignment
+    from harness.execution.resolution import Resolver
+
+    project = tmp_path
+    (project / "cases").mkdir()
+    write_cases(project, "three.toml", CASES)
+    items = build_plan(load_suite([project / "cases"]).cases, ["cpu", "hip"])
+    asked: list[tuple[str, str]] = []
+
+    def probe(spec: Any, platform: str, arch: str | None) -> tuple[bool, str, Any]:
+        asked.append((spec.side, platform))
+        return False, "stand-in", {"platform": platform, "arch": "gfx942", "simulated": True}
+
+    said: list[str] = []
+    prof = Profile()
+    sides = {s: SideSpec(s, (str(project),)) for s in ("base", "head")}
+    resolver = Resolver(
+        profile=prof, sides=sides, devices=DeviceAssignment(prof), probe=probe, say=said.append
+    )
+    calls = count_resolving(monkeypatch)
+    for _ in range(3):
+        for side in ("base", "head"):
+            for item in items:
+                res = resolver.resolve(side, item.platform)
+                resolver.prepared(res, item.case)
+    assert sorted(asked) == sorted({(s, i.platform) for s in sides for i in items})
+    hip = resolver.resolve("head", "hip")
+    assert hip.threshold_chain[:2] == ("hip:gfx942", "hip")
+    assert hip.simulated is not None and "stand-in" in hip.simulated
+    assert sum("simulated" in line for line in said) == 4  # told once per side and platform
+    before = dict(calls)
+    judged = [resolver.judging(s, i) for s in sides for i in items]
+    assert dict(calls) == before  # judging re-applies nothing
+    assert all(j["policy_record"]["timeouts.attempt_scale"]["value"] for j in judged)
+    # three passes over 2 sides x 2 platforms x 3 cases: each resolved or prepared once
+    assert calls["resolve_policy"] == 2
+    assert calls["threshold_chain"] == 4
+    assert calls["fill_thresholds"] == 12
+
+
+def test_json_dumps_writes_what_json_safe_then_dumps_wrote() -> None:
+    import json
+    import math
+
+    from harness.model import json_dumps, json_safe
+
+    class Odd:
+        def __str__(self) -> str:
+            return "odd"
+
+    for doc in (
+        {"a": 1.5, "b": (1, 2), "c": [{"d": None}], "e": Odd()},
+        {"a": math.nan, "b": [math.inf, -math.inf], "c": {"d": (1.0, math.nan)}},
+    ):
+        want = json.dumps(json_safe(doc), allow_nan=False, default=str)
+        assert json_dumps(doc) == want
