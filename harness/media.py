@@ -23,24 +23,11 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import av
+import av.logging
 import numpy as np
 
 from harness.errors import MediaError
-
-
-class _LazyAV:
-    """PyAV, imported on first use: the worker imports this module (through the checks) for
-    every attempt, and most attempts never decode or encode media (PyAV's import is ~0.1-0.3 s
-    of the worker's start)."""
-
-    def __getattr__(self, name: str) -> Any:
-        import av
-        import av.logging
-
-        return getattr(av, name)
-
-
-av: Any = _LazyAV()
 
 __all__ = [
     "AudioData",
