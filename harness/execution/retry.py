@@ -84,10 +84,10 @@ _readable: dict[tuple[str, ...], tuple[str, ...]] = {}
 def oom_kill_count(files: Sequence[str] = CGROUP_OOM_FILES) -> int | None:
     """The memory cgroup's OOM-kill counter, or None where no cgroup file says it (the files
     that do not exist are looked for once a process: this runs twice an attempt)."""
-    key = tuple(files)
-    if key not in _readable:
-        _readable[key] = tuple(f for f in key if os.path.exists(f))
-    for name in _readable[key]:
+    names = tuple(files)
+    if names not in _readable:
+        _readable[names] = tuple(f for f in names if os.path.exists(f))
+    for name in _readable[names]:
         try:
             with open(name, encoding="ascii") as f:
                 for line in f:
