@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.cases import PlanItem
-from harness.execution.executor import SideSpec
+from harness.execution.workers import SideSpec
 from harness.model import CaseResult, Side
 from harness.model.counting import ran
 

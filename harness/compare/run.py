@@ -41,9 +41,9 @@ from harness.compare.session import Session
 from harness.compare.sides import incomplete, load_errors, side_spec
 from harness.compare.worktree import Checkouts, resolve
 from harness.errors import UsageError
-from harness.execution.executor import SideSpec
 from harness.execution.paired import PairedRunner
 from harness.execution.run import RunOptions, check_run_id, new_run_id
+from harness.execution.workers import SideSpec
 from harness.fsio import write_json_atomic
 from harness.model import (
     Attempt,

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from harness.errors import UsageError
-from harness.execution.executor import SideSpec
+from harness.execution.workers import SideSpec
 from harness.model import RunReport, Side
 from harness.model.shard import INCOMPLETE_CAUSES
 

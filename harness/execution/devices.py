@@ -43,6 +43,10 @@ class DeviceAssignment:
         device = device_slot(slot, prof.device_count, os.environ)
         return () if device is None else (device,)
 
+    def groups(self) -> int:
+        """How many worker groups have taken a device slot so far."""
+        return len(self._slots)
+
     def check_machine(
         self,
         platforms: Iterable[str],

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import IO
 
 from harness.errors import ReportFormatError
-from harness.model import Attempt, json_safe
+from harness.model import Attempt, json_dumps
 
 
 class JournalWriter:
@@ -20,7 +20,7 @@ class JournalWriter:
         self._file: IO[str] = open(path, "a", encoding="utf-8")  # noqa: SIM115 - see close()
 
     def append(self, attempt: Attempt) -> None:
-        line = json.dumps(json_safe(attempt.to_json()), allow_nan=False, default=str)
+        line = json_dumps(attempt.to_json())
         self._file.write(line + "\n")
         self._file.flush()
 

@@ -28,9 +28,10 @@ from collections.abc import Mapping, Sequence
 
 from harness.cases import PlanItem
 from harness.execution.aggregate import aggregate, skipped
-from harness.execution.executor import Executor, SideSpec
+from harness.execution.executor import Executor
 from harness.execution.run import Runner, RunOptions, _now
 from harness.execution.schedule import Interleaved, Unit
+from harness.execution.workers import SideSpec
 from harness.model import Attempt, CaseResult, LoadError, RunReport, Side
 
 

@@ -8,6 +8,7 @@ check or assertion never is: retrying it until it passes is how regressions get 
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -77,9 +78,16 @@ CGROUP_OOM_FILES: tuple[str, ...] = (
 OOM_EVIDENCE = "out of memory: the memory cgroup's oom_kill counter rose"
 
 
+_readable: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+
 def oom_kill_count(files: Sequence[str] = CGROUP_OOM_FILES) -> int | None:
-    """The memory cgroup's OOM-kill counter, or None where no cgroup file says it."""
-    for name in files:
+    """The memory cgroup's OOM-kill counter, or None where no cgroup file says it (the files
+    that do not exist are looked for once a process: this runs twice an attempt)."""
+    names = tuple(files)
+    if names not in _readable:
+        _readable[names] = tuple(f for f in names if os.path.exists(f))
+    for name in _readable[names]:
         try:
             with open(name, encoding="ascii") as f:
                 for line in f:

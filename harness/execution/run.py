@@ -19,11 +19,12 @@ from pathlib import Path
 from harness.cases import PlanItem
 from harness.errors import CaseFileError, UsageError
 from harness.execution.aggregate import aggregate, skipped
-from harness.execution.executor import Executor, SideSpec
+from harness.execution.executor import Executor
 from harness.execution.journal import JournalWriter
 from harness.execution.pool import WorkerPool
 from harness.execution.retry import Budget, with_retries
 from harness.execution.schedule import Linear, Unit
+from harness.execution.workers import SideSpec
 from harness.fsio import slug
 from harness.model import (
     FAILING,

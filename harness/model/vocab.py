@@ -6,6 +6,7 @@ Everything else imports these names; nothing else defines a status or an op.
 
 from __future__ import annotations
 
+import json
 import math
 import operator
 from collections.abc import Callable
@@ -112,6 +113,16 @@ def json_safe(x: Any) -> Any:
     if isinstance(x, list | tuple):
         return [json_safe(v) for v in x]
     return x
+
+
+def json_dumps(doc: Any, **kw: Any) -> str:
+    """``json.dumps(json_safe(doc), allow_nan=False, default=str)``, the same text, without
+    copying the document when it holds no non-finite float (the common case: a per-attempt
+    record or request is written once an attempt)."""
+    try:
+        return json.dumps(doc, allow_nan=False, default=str, **kw)
+    except ValueError:  # a NaN or an infinity somewhere: spell it as a string
+        return json.dumps(json_safe(doc), allow_nan=False, default=str, **kw)
 
 
 def number_from_json(x: Any) -> Any:

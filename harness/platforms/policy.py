@@ -329,28 +329,44 @@ def threshold_chain(reference_chain: Sequence[str], identity: Identity | None) -
     return tuple(chain)
 
 
-def apply_quality(
-    case: Case, pol: Policy, chain: Sequence[str]
+def quality_decisions(pol: Policy) -> dict[str, Decision]:
+    """The policy's quality thresholds by metric (``quality.ssim`` -> ``ssim``)."""
+    return {
+        k.removeprefix("quality."): d for k, d in pol.decisions.items() if k.startswith("quality.")
+    }
+
+
+def fill_thresholds(
+    case: Case, platform: str, quality: Mapping[str, Decision], chain: Sequence[str]
 ) -> tuple[Case, dict[str, Decision]]:
-    """``case`` with the policy's quality thresholds filled in for checks whose case names no
-    threshold on ``chain``, and the decision behind each quality check's threshold."""
-    quality = pol.quality
+    """``case`` with the thresholds of ``quality`` (metric -> decision, resolved once for
+    ``platform``: :func:`quality_decisions`) filled in for checks whose case names no threshold
+    on ``chain``, and the decision behind each quality check's threshold."""
     decided: dict[str, Decision] = {}
     checks: list[CheckSpec] = []
     for spec in case.checks:
         own = next((p for p in chain if p in spec.thresholds), None)
         key = f"quality.{spec.name or spec.metric}"
+        policy = quality.get(spec.metric)
         if own is not None:
-            if spec.metric in quality:
+            if policy is not None:
                 decided[key] = Decision(spec.thresholds[own], f"case thresholds.{own}", case.source)
             checks.append(spec)
-        elif spec.metric in quality:
-            value = quality[spec.metric]
-            decided[key] = pol.decisions[f"quality.{spec.metric}"]
-            checks.append(replace(spec, thresholds={**spec.thresholds, pol.platform: value}))
+        elif policy is not None:
+            decided[key] = policy
+            value = float(policy.value)
+            checks.append(replace(spec, thresholds={**spec.thresholds, platform: value}))
         else:
             checks.append(spec)
     return replace(case, checks=tuple(checks)), decided
+
+
+def apply_quality(
+    case: Case, pol: Policy, chain: Sequence[str]
+) -> tuple[Case, dict[str, Decision]]:
+    """``case`` with the policy's quality thresholds filled in for checks whose case names no
+    threshold on ``chain``, and the decision behind each quality check's threshold."""
+    return fill_thresholds(case, pol.platform, quality_decisions(pol), chain)
 
 
 def describe(profile: Profile, platform: str | None = None) -> list[str]:
@@ -381,7 +397,9 @@ __all__ = [
     "Policy",
     "apply_quality",
     "describe",
+    "fill_thresholds",
     "load_defaults",
+    "quality_decisions",
     "resolve",
     "threshold_chain",
     "validate_table",

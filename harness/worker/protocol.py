@@ -22,7 +22,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from harness.model import Case, case_from_json, case_to_json, json_safe
+from harness.model import Case, case_from_json, case_to_json, json_dumps
+
+# The JSON of the cases last sent, by identity: a case is prepared once per side and platform
+# (harness.execution.resolution) and sent with every attempt of it, so its JSON is made once.
+_CASE_JSON: dict[int, tuple[Case, dict[str, Any]]] = {}
+_CASE_JSON_MAX = 4096
+
+
+def _case_json(case: Case) -> dict[str, Any]:
+    found = _CASE_JSON.get(id(case))
+    if found is not None and found[0] is case:
+        return found[1]
+    if len(_CASE_JSON) >= _CASE_JSON_MAX:
+        _CASE_JSON.clear()
+    d = case_to_json(case)
+    _CASE_JSON[id(case)] = (case, d)
+    return d
 
 
 class ProtocolError(Exception):
@@ -51,7 +67,7 @@ class AttemptJob:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "case": case_to_json(self.case),
+            "case": _case_json(self.case),
             "platform": self.platform,
             "platform_chain": list(self.platform_chain),
             "index": self.index,
@@ -208,7 +224,7 @@ def encode(msg: Request | Reply, *, key: str | None = None) -> str:
         d[name] = v.to_json() if isinstance(v, AttemptJob) else v
     if key is not None:
         d["key"] = key
-    return json.dumps(json_safe(d), allow_nan=False, default=str) + "\n"
+    return json_dumps(d) + "\n"
 
 
 def _parse(line: str | bytes, table: Mapping[str, type[Any]], key: bytes | None = None) -> Any:

@@ -123,7 +123,7 @@ def test_requires_skips_with_the_missing_names_and_runs_what_is_there(tmp_path: 
 
 
 def test_each_side_resolves_a_case_code_root_in_its_own_checkout(tmp_path: Path) -> None:
-    from harness.execution.executor import SideSpec
+    from harness.execution.workers import SideSpec
 
     path = write_case(tmp_path / "a.toml", 'code_root = "targets/x"')
     (case,) = load_file(path)

@@ -12,8 +12,9 @@ from platcases import fake_cuda_torch, write_fake_torch
 from harness.cases import load_suite
 from harness.cases.plan import PlanItem, build_plan
 from harness.errors import ProfileError
-from harness.execution.executor import Executor, SideSpec
+from harness.execution.executor import Executor
 from harness.execution.run import Runner, RunOptions
+from harness.execution.workers import SideSpec
 from harness.model import Side
 from harness.platforms import get
 from harness.platforms.devices import device_slot, pin_env

@@ -1,0 +1,79 @@
+"""Worker specs: how one side's code is run (:class:`SideSpec`) and which worker serves a side
+and platform (:func:`side_worker`), or a case with a ``code_root`` of its own
+(:func:`case_worker`: a worker whose import path has that folder first, hence one of its own).
+
+Pure data: the devices and the start-up limit come in resolved (:mod:`.resolution`).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from harness.execution.pool import WorkerSpec
+from harness.model import Case, Side
+
+__all__ = ["SideSpec", "case_worker", "side_worker"]
+
+
+@dataclass(frozen=True)
+class SideSpec:
+    """How one side's code is run: its import roots, interpreter and working directory."""
+
+    name: Side = "head"
+    code_roots: tuple[str, ...] = ()
+    python: str = sys.executable
+    cwd: str | None = None
+    rev: str | None = None  # the revision this side's code roots hold, when known
+    repo: str | None = None  # the checkout a case's `code_root` is relative to (default: cwd)
+
+    def case_root(self, case: Case) -> Path | None:
+        """The case's own code root, resolved in this side's checkout (None when it has none)."""
+        if case.code_root is None:
+            return None
+        return (Path(self.repo or self.cwd or ".") / case.code_root).resolve()
+
+
+def side_worker(
+    side: Side,
+    spec: SideSpec,
+    platform: str,
+    *,
+    devices: tuple[int, ...],
+    start_timeout_s: float,
+    threads: int | None,
+    preimport: tuple[str, ...] | None,
+) -> WorkerSpec:
+    """The persistent worker of ``side`` (run as ``spec`` says) on ``platform``: pinned to
+    ``devices``, started within ``start_timeout_s``, its math libraries limited to ``threads``
+    when given."""
+    kw: dict[str, object] = {}
+    if preimport is not None:
+        kw["preimport"] = preimport
+    if threads is not None:
+        n = str(threads)
+        kw["extra_env"] = (
+            ("OMP_NUM_THREADS", n),
+            ("MKL_NUM_THREADS", n),
+            ("HARNESS_THREADS", n),
+        )
+    return WorkerSpec(
+        platform=platform,
+        code_roots=spec.code_roots,
+        python=spec.python,
+        cwd=spec.cwd,
+        side=side,
+        devices=devices,
+        start_timeout_s=start_timeout_s,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def case_worker(base: WorkerSpec, side: SideSpec, case: Case) -> WorkerSpec:
+    """The worker ``case`` runs in: ``base``, with the case's own code root first on the
+    import path when it has one."""
+    root = side.case_root(case)
+    if root is None:
+        return base
+    return replace(base, code_roots=(str(root), *side.code_roots))
