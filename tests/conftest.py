@@ -69,3 +69,13 @@ def bundled_suite(tmp_path_factory: pytest.TempPathFactory) -> BundledRun:
     return BundledRun(
         proc.returncode, proc.stderr, out / "suite", before, tree_digest(REPO / "references")
     )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist, the end-to-end tests (marked ``slow``) first, in their order, then the
+    rest: the long ones start while both workers are busy and the many short ones fill in at
+    the end, instead of one worker finishing a long test alone. A serial run keeps the order
+    as collected."""
+    if not hasattr(config, "workerinput"):
+        return
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
