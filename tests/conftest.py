@@ -5,7 +5,9 @@ CI runs the suite with ``pytest -n 2 --dist loadgroup``: a module- or session-sc
 is computed once per xdist worker that runs a test needing it, so the tests that share an
 expensive fixture (a run of the bundled suite, a comparison, a set of virtual environments)
 carry ``pytest.mark.xdist_group(NAME)`` and run on one worker, which computes it once. Without
-``-n`` the marks change nothing."""
+``-n`` the marks change nothing. NOTE: with pytest 9.2 and pytest-xdist 3.8 the groups are not
+applied (xdist sets ``item._nodeid``, which pytest 9 no longer reads), so today a shared fixture
+is still built once per worker that needs it."""
 
 from __future__ import annotations
 
