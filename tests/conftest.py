@@ -5,9 +5,8 @@ CI runs the suite with ``pytest -n 2 --dist loadgroup``: a module- or session-sc
 is computed once per xdist worker that runs a test needing it, so the tests that share an
 expensive fixture (a run of the bundled suite, a comparison, a set of virtual environments)
 carry ``pytest.mark.xdist_group(NAME)`` and run on one worker, which computes it once. Without
-``-n`` the marks change nothing. NOTE: with pytest 9.2 and pytest-xdist 3.8 the groups are not
-applied (xdist sets ``item._nodeid``, which pytest 9 no longer reads), so today a shared fixture
-is still built once per worker that needs it."""
+``-n`` the marks change nothing. (With pytest 9.2, xdist 3.8's own grouping does not take
+effect: ``_apply_xdist_groups`` below does it.)"""
 
 from __future__ import annotations
 
@@ -80,4 +79,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     as collected."""
     if not hasattr(config, "workerinput"):
         return
+    if getattr(config.option, "loadgroup", False):  # set by xdist in a worker
+        _apply_xdist_groups(items)
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def _apply_xdist_groups(items: list[pytest.Item]) -> None:
+    """What ``--dist loadgroup`` does to a marked test's id (``ID@GROUP``, which the scheduler
+    groups by), for pytest >= 9, where xdist 3.8's own renaming (``item._nodeid``) is no
+    longer read: pytest 9 keeps the id in ``item._id``. A no-op where xdist already did it."""
+    try:
+        from _pytest.nodeid import NodeId  # pytest >= 9
+    except ImportError:
+        return
+    for item in items:
+        names = sorted({str(m.args[0]) for m in item.iter_markers("xdist_group") if m.args})
+        if names and "@" not in item.nodeid:
+            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")  # type: ignore[attr-defined]
