@@ -1,8 +1,24 @@
-"""Fixtures for every test folder."""
+"""Fixtures for every test folder, and the one run of the bundled suite that several test
+folders assert on.
+
+CI runs the suite with ``pytest -n 2 --dist loadgroup``: a module- or session-scoped fixture
+is computed once per xdist worker that runs a test needing it, so the tests that share an
+expensive fixture (a run of the bundled suite, a comparison, a set of virtual environments)
+carry ``pytest.mark.xdist_group(NAME)`` and run on one worker, which computes it once. Without
+``-n`` the marks change nothing. (With pytest 9.2, xdist 3.8's own grouping does not take
+effect: ``_apply_xdist_groups`` below does it.)"""
 
 from __future__ import annotations
 
+import hashlib
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
 import pytest
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(autouse=True)
@@ -12,3 +28,71 @@ def _not_under_github_actions(monkeypatch: pytest.MonkeyPatch) -> None:
     set the variables themselves (tests/report/test_github*.py)."""
     for name in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "GITHUB_WORKSPACE"):
         monkeypatch.delenv(name, raising=False)
+
+
+def tree_digest(root: Path) -> str:
+    """Every file's path and bytes under ``root``: equal digests, an unchanged tree."""
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            h.update(str(p.relative_to(root)).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class BundledRun:
+    """`harness run` of the whole bundled suite (cases/, the README's main job) in this
+    checkout: its exit code, stderr, run folder, and the reference store's digest before and
+    after (a run never writes references)."""
+
+    returncode: int
+    stderr: str
+    dir: Path
+    references_before: str
+    references_after: str
+
+
+@pytest.fixture(scope="session")
+def bundled_suite(tmp_path_factory: pytest.TempPathFactory) -> BundledRun:
+    """The whole suite, run once per session (per xdist worker: its users are in the
+    ``bundled-suite`` xdist group: ``pytest.mark.xdist_group("bundled-suite")``)."""
+    out = tmp_path_factory.mktemp("bundled-suite")
+    before = tree_digest(REPO / "references")
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "run", "--out", str(out), "--run-id", "suite", "-q"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    return BundledRun(
+        proc.returncode, proc.stderr, out / "suite", before, tree_digest(REPO / "references")
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist, the end-to-end tests (marked ``slow``) first, in their order, then the
+    rest: the long ones start while both workers are busy and the many short ones fill in at
+    the end, instead of one worker finishing a long test alone. A serial run keeps the order
+    as collected."""
+    if not hasattr(config, "workerinput"):
+        return
+    if getattr(config.option, "loadgroup", False):  # set by xdist in a worker
+        _apply_xdist_groups(items)
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def _apply_xdist_groups(items: list[pytest.Item]) -> None:
+    """What ``--dist loadgroup`` does to a marked test's id (``ID@GROUP``, which the scheduler
+    groups by), for pytest >= 9, where xdist 3.8's own renaming (``item._nodeid``) is no
+    longer read: pytest 9 keeps the id in ``item._id``. A no-op where xdist already did it."""
+    try:
+        from _pytest.nodeid import NodeId  # pytest >= 9
+    except ImportError:
+        return
+    for item in items:
+        names = sorted({str(m.args[0]) for m in item.iter_markers("xdist_group") if m.args})
+        if names and "@" not in item.nodeid:
+            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")  # type: ignore[attr-defined]

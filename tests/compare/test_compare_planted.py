@@ -16,7 +16,8 @@ from toyrepo import case_toml, compare, make_toy
 from harness.model import Comparison
 from harness.report.schema import validate_comparison
 
-pytestmark = pytest.mark.slow
+# one comparison of the planted cases (`planted`): built once, on one xdist worker
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("compare-planted")]
 
 
 @pytest.fixture(scope="module")

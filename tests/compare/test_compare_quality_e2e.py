@@ -19,7 +19,8 @@ from mediarepo import CASE, REPO, harness, make_media_repo
 from harness.model import Comparison
 from harness.report.schema import validate_comparison
 
-pytestmark = pytest.mark.slow
+# the media repository (`media`): built once, on one xdist worker
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("compare-quality-e2e")]
 
 
 @pytest.fixture(scope="module")

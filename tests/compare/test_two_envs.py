@@ -23,7 +23,8 @@ from twoenvs import CASE_NAME, git, make_project, make_venv
 from harness.model import Comparison
 from harness.report.schema import validate_comparison
 
-pytestmark = pytest.mark.slow
+# three virtual environments and a blessed run (`lab`): built once, on one xdist worker
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("two-envs")]
 
 RUNNER = str(REPO / "runners" / "cpu.toml")
 

@@ -51,3 +51,11 @@ def checks_of(case: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def by_id(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["id"]: c for c in doc["cases"]}
+
+
+def suite_cases(run: Any, case_file: Path) -> dict[str, dict[str, Any]]:
+    """The cases of ``case_file`` (one of cases/diffusers/) in the bundled suite's run (the
+    ``bundled_suite`` fixture of tests/conftest.py), by id."""
+    doc = json.loads((run.dir / "report.json").read_text())
+    want = case_file.parts[-2:]
+    return {c["id"]: c for c in doc["cases"] if Path(c["source"]).parts[-2:] == want}

@@ -11,7 +11,8 @@ from conftest import by_id, harness, report
 
 from harness.cases import load_file
 
-pytestmark = pytest.mark.slow
+# the `python_without_diffusers` environment: built once, on one xdist worker
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("no-diffusers")]
 
 REPO = Path(__file__).resolve().parents[2]
 FILES = ("cases/diffusers/loader.toml", "cases/diffusers/quant.toml")

@@ -1,15 +1,18 @@
-"""The diffusers pipeline cases against their blessed references: the cases as committed pass,
-and the same cases with the scheduler's shift changed fail their quality checks (one run,
-real workers, the committed references read-only)."""
+"""The diffusers pipeline cases against their blessed references: the cases as committed pass
+(as the bundled suite's one run ran them, tests/conftest.py), and the same cases with the
+scheduler's shift changed fail their quality checks (one more run of just those, real workers,
+the committed references read-only)."""
 
 from __future__ import annotations
 
 import hashlib
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import REPO, by_id, harness, report
+from diffcases import suite_cases
 
 pytest.importorskip("diffusers", reason="the diffusers extra is not installed")
 pytestmark = pytest.mark.slow
@@ -20,11 +23,11 @@ SHIFTED = {"diffusers-ltx2-t2va": (1.0, 2.0), "diffusers-wan-t2v": (3.0, 6.0)}
 
 
 def shifted_copy(dest: Path) -> Path:
-    """The committed case file with every case twice: as is, and as ``<id>-shifted`` with the
-    scheduler's shift changed (same reference, same checks)."""
+    """The committed case file's cases as ``<id>-shifted``, with the scheduler's shift changed
+    (same reference, same checks)."""
     text = CASES.read_text()
     blocks = text.split("[[case]]")
-    out = [text]
+    out = [blocks[0]]
     for block in blocks[1:]:
         case_id = tomllib.loads(block)["id"]
         old, new = SHIFTED[case_id]
@@ -43,17 +46,23 @@ def store_digest() -> str:
     return h.hexdigest()
 
 
+@pytest.mark.xdist_group("bundled-suite")
 def test_committed_cases_pass_and_a_changed_shift_fails_the_quality_checks(
-    tmp_path: Path,
+    tmp_path: Path, bundled_suite: Any
 ) -> None:
+    assert bundled_suite.returncode == 0, bundled_suite.stderr[-3000:]
+    assert bundled_suite.references_after == bundled_suite.references_before
+    committed = suite_cases(bundled_suite, CASES)
+    assert set(committed) == set(SHIFTED)
     before = store_digest()
     cases = shifted_copy(tmp_path / "pipeline.toml")
     proc = harness("run", str(cases), "--out", str(tmp_path), "--run-id", "r", "-q")
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert store_digest() == before  # a run never writes references
     got = by_id(report(tmp_path / "r"))
+    assert set(got) == {f"{case_id}-shifted" for case_id in SHIFTED}
     for case_id in SHIFTED:
-        ok, bad = got[case_id], got[f"{case_id}-shifted"]
+        ok, bad = committed[case_id], got[f"{case_id}-shifted"]
         assert ok["status"] == "passed", ok["reason"]
         checks = {c["name"]: c for c in ok["checks"]}
         assert checks["identical_outputs"]["passed"] is True

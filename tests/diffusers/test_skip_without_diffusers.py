@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, by_id, harness, report
 
-pytestmark = pytest.mark.slow
+# the `python_without_diffusers` environment: built once, on one xdist worker
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("no-diffusers")]
 
 DIFFUSERS_CASES = {"diffusers-ltx2-t2va", "diffusers-wan-t2v"}
 

@@ -20,7 +20,8 @@ from harness.model import CaseResult, RunReport
 from harness.platforms.profile import Profile, load_profile
 from harness.report.io import write_run
 
-pytestmark = pytest.mark.slow
+# one run on four platforms (`default_run`): built once, on one xdist worker
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("policy-run")]
 
 TARGETS = """
 import sys, time

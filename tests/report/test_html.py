@@ -17,7 +17,8 @@ from harness.model import CaseComparison, Divergence, FailureMatrix
 from harness.report.comparison_io import read_comparison
 from harness.report.html_compare import divergence_words, render_comparison_html
 
-pytestmark = pytest.mark.slow
+# the runs and comparison of the `reports` fixture: built once, on one xdist worker
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("reports")]
 
 
 class Tags(HTMLParser):

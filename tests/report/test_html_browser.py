@@ -20,7 +20,8 @@ from harness.report.html import write_run_html
 
 NAME = f"loader/{INJECTION}[cpu]"  # the injection case's display name
 
-pytestmark = pytest.mark.slow
+# the runs and comparison of the `reports` fixture: built once, on one xdist worker
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("reports")]
 
 CHROMIUM = os.environ.get("HARNESS_CHROMIUM") or shutil.which("chromium")
 if CHROMIUM is None:

@@ -14,7 +14,8 @@ from reportruns import Reports, harness
 from harness.model import CaseResult
 from harness.report.io import read_report
 
-pytestmark = pytest.mark.slow
+# the runs and comparison of the `reports` fixture: built once, on one xdist worker
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("reports")]
 
 RUN_FILES = ("index.html", "summary.md", "junit.xml")
 
