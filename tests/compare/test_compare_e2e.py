@@ -83,6 +83,10 @@ def quality(c: dict[str, Any], metric: str, output: str = "video") -> dict[str, 
 
 
 K = ["-k", "t2va-int8 and not pruned"]
+# One worker per side where latency is not the subject: a fresh pair per round (the default,
+# which (a), the A/A calibration and the interrupted comparison keep) costs two worker starts
+# and a warm-up per round.
+REUSE = ["--reuse-workers"]
 
 
 def test_a_slowed_stage_is_a_confirmed_latency_regression_on_that_stage(scratch: Any) -> None:
@@ -102,7 +106,7 @@ def test_a_slowed_stage_is_a_confirmed_latency_regression_on_that_stage(scratch:
 def test_b_denoiser_arithmetic_is_a_quality_regression_diverging_at_the_denoiser(
     scratch: Any,
 ) -> None:
-    code, doc, err = compare(scratch, "denoiser", *K, "--rounds", "3")
+    code, doc, err = compare(scratch, "denoiser", *K, "--rounds", "3", *REUSE)
     c = case(doc)
     assert c["failures"]["verdict"] == "no_change"  # every absolute threshold still passes
     psnr = quality(c, "psnr")
@@ -118,7 +122,7 @@ def test_b_denoiser_arithmetic_is_a_quality_regression_diverging_at_the_denoiser
 
 
 def test_c_noise_seeding_diverges_at_the_inputs(scratch: Any) -> None:
-    code, doc, err = compare(scratch, "seeding", *K, "--rounds", "3")
+    code, doc, err = compare(scratch, "seeding", *K, "--rounds", "3", *REUSE)
     c = case(doc)
     assert c["divergence"]["kind"] == "inputs", c["divergence"]
     assert c["divergence"]["first"] == "latents.video.init"
@@ -127,7 +131,7 @@ def test_c_noise_seeding_diverges_at_the_inputs(scratch: Any) -> None:
 
 
 def test_d_nan_in_audio_decoding_is_a_new_failure_diverging_nonfinite(scratch: Any) -> None:
-    code, doc, err = compare(scratch, "nan-audio", *K, "--rounds", "3")
+    code, doc, err = compare(scratch, "nan-audio", *K, "--rounds", "3", *REUSE)
     c = case(doc)
     f = c["failures"]
     assert f["verdict"] == "new_failure", f
@@ -156,6 +160,7 @@ def test_e_f_shared_failure_is_pre_existing_and_an_unchanged_head_is_no_change(
         "3",
         "--min-stage-ms",
         "50",
+        *REUSE,
         # another copy of tinyav importable (as an installed one would be): each side must
         # still import its own checkout
         env={
@@ -197,7 +202,7 @@ def test_e_f_shared_failure_is_pre_existing_and_an_unchanged_head_is_no_change(
 def test_g_adaln_chunk_swap_passes_every_threshold_but_regresses_against_base(
     scratch: Any,
 ) -> None:
-    code, doc, err = compare(scratch, "adaln-swap", *K, "--rounds", "3")
+    code, doc, err = compare(scratch, "adaln-swap", *K, "--rounds", "3", *REUSE)
     c = case(doc)
     head_report = json.loads((scratch["runs"] / "adaln-swap" / "head" / "report.json").read_text())
     head_case = next(x for x in head_report["cases"] if x["id"] == "t2va-int8")

@@ -114,6 +114,7 @@ def test_each_side_runs_its_own_checkout_and_a_side_that_did_not_is_not_comparab
             ".",
             "--rounds",
             "2",
+            "--reuse-workers",  # provenance, not latency, is the subject
             "--runner",
             str(REPO / "runners" / "cpu.toml"),
             "--noise-dir",

@@ -105,6 +105,7 @@ def compare(
         str(lab["refs"]),
         "--runner",
         RUNNER,
+        "--reuse-workers",  # environments, not latency, are the subject
         "--noise-dir",
         str(lab["runs"] / "noise"),
         "--out",
