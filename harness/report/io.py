@@ -37,7 +37,8 @@ def write_run(
 ) -> None:
     """Write every rendering of a run into its folder (``references``: the store whose frames
     ``index.html`` shows beside the outputs)."""
-    write_json_atomic(run_dir / "report.json", report.to_json())
+    # one line (the C encoder): a run of 2,000 cases spent 2 s indenting it
+    write_json_atomic(run_dir / "report.json", report.to_json(), indent=None)
     render_run(report, run_dir, references=references)
     if latest:
         _point_latest(run_dir)
