@@ -53,6 +53,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--code-root", action="append", dest="code_roots", metavar="DIR")
     p.add_argument("--rounds", type=int, metavar="N", help="most rounds per batch (default 7)")
     p.add_argument("--delta", type=float, metavar="FRACTION", help="latency margin")
+    p.add_argument(
+        "--reuse-workers",
+        action="store_true",
+        help="one worker per side per step instead of a fresh pair per round (faster; for a "
+        "search whose subject is a failure, not latency)",
+    )
     p.add_argument("--out", type=Path, default=Path("reports"), metavar="DIR")
     p.add_argument("--references", type=Path, default=Path("references"), metavar="DIR")
     p.add_argument("--noise-dir", type=Path, default=Path("runners/noise"), metavar="DIR")
@@ -84,6 +90,7 @@ def main(args: argparse.Namespace) -> int:
             looks=looks_for(args.rounds),
         ),
         quality_margins=dict(profile.compare_margins),
+        worker_per_round=not args.reuse_workers,
         noise_dir=args.noise_dir,
         argv=tuple(sys.argv),
         progress=lambda line: say(f"  {line}") if line.startswith(("bisect", "compare")) else None,

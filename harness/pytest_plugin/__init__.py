@@ -131,6 +131,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="with --harness-base: inconclusive, suspect, flaky and missing fail too",
     )
     group.addoption(
+        "--harness-reuse-workers",
+        action="store_true",
+        default=False,
+        help="with --harness-base: one worker per side instead of a fresh pair per round",
+    )
+    group.addoption(
         "--harness-real-only",
         action="store_true",
         default=False,

@@ -194,6 +194,7 @@ def _run(first: ComparisonItem) -> _CompareState:
         references_root=_opt_path(config, "harness_references", "references"),
         latency=LatencySettings(delta=profile.compare_delta or 0.05),
         quality_margins=dict(profile.compare_margins),
+        worker_per_round=not config.getoption("harness_reuse_workers"),
         noise_dir=root / "runners" / "noise",
         argv=("pytest", *config.invocation_params.args),
         progress=lambda line: print(line, file=sys.stderr),

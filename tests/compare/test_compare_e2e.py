@@ -83,14 +83,16 @@ def quality(c: dict[str, Any], metric: str, output: str = "video") -> dict[str, 
 
 
 K = ["-k", "t2va-int8 and not pruned"]
-# One worker per side where latency is not the subject: a fresh pair per round (the default,
-# which (a), the A/A calibration and the interrupted comparison keep) costs two worker starts
-# and a warm-up per round.
+# One worker per side where latency is not the subject (or, in (a), a 10x change no process
+# bias could hide): a fresh pair per round (the default, which the A/A calibration and the
+# interrupted comparison keep) costs two worker starts and a warm-up per round.
 REUSE = ["--reuse-workers"]
 
 
 def test_a_slowed_stage_is_a_confirmed_latency_regression_on_that_stage(scratch: Any) -> None:
-    code, doc, err = compare(scratch, "slow-stage", *K)
+    # a 10x slower stage: one worker per side cannot hide it (the default fresh pair per round
+    # is exercised by the A/A calibration's rounds and the interrupted comparison)
+    code, doc, err = compare(scratch, "slow-stage", *K, *REUSE)
     c = case(doc)
     stages = {s["stage"]: s for s in c["latency"]}
     slowed = stages["VideoDecodingStage"]
@@ -318,6 +320,7 @@ def test_bisect_finds_a_planted_bad_commit_among_nine_and_skips_one_that_does_no
         str(repo),
         "--rounds",
         "2",
+        "--reuse-workers",  # the planted change is a quality regression
         "--references",
         str(REPO / "references"),
         "--runner",
@@ -392,6 +395,7 @@ def test_pytest_harness_base_turns_verdicts_into_item_outcomes(scratch: Any) -> 
             "base",
             "--harness-head",
             "adaln-swap",
+            "--harness-reuse-workers",  # quality, not latency, is the subject
             "--harness-cases",
             str(scratch["work"] / "cases"),
             "--harness-references",

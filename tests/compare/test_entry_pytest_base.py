@@ -42,7 +42,7 @@ def pytest_base(repo: Path, out: Path, head: str, *extra: str) -> subprocess.Com
         [sys.executable, "-m", "pytest", PKG, f"--rootdir={repo}", "-p", "no:cacheprovider",
          "--harness-base", "base", "--harness-head", head, "--harness-code-root", "mini",
          "--harness-out", str(out), "--harness-references", str(out / "no-references"),
-         "-rA", *extra],
+         "--harness-reuse-workers", "-rA", *extra],  # the entry point, not latency
         cwd=repo, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
 
