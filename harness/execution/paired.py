@@ -80,17 +80,20 @@ class PairedRunner(Runner):
         done = 0
         try:
             cold = [i for i in runnable if i.name not in self._warmed]
-            if cold and not self._warm(cold, self.next_round):
-                return 0
-            self._warmed.update(i.name for i in cold)
             for _ in range(rounds):
                 if self.worker_per_round and self._rounds_in_workers:
-                    # a new pair of processes, warmed up again, for every round after the first
+                    # a new pair of processes, every case warmed up in it, for every round
+                    # after the first (a case new to this batch included: once, not twice)
                     self.executor.close()
                     self.worker_sets += 1
                     self._rounds_in_workers = 0
-                    if not self._warm(runnable, self.next_round):
-                        return done
+                    warm = runnable
+                else:
+                    warm = cold  # the live workers: only cases they have not warmed yet
+                if warm and not self._warm(warm, self.next_round):
+                    return done
+                self._warmed.update(i.name for i in warm)
+                cold = []
                 schedule = Interleaved(
                     runnable, rounds=1, first_round=self.next_round, warmup=False
                 )
