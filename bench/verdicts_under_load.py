@@ -14,6 +14,7 @@ time, and prints each run's case verdict, the planted stage's verdict, ratio and
     python bench/verdicts_under_load.py                  # 5 runs of each head, ~15-25 min
     python bench/verdicts_under_load.py --runs 1 --heads busy
     python bench/verdicts_under_load.py --no-hog         # the same on a quiet machine
+    python bench/verdicts_under_load.py --rounds 20      # batches of up to 20 rounds
 
 Exit 0 when every run gave what it must; 1 otherwise (the table says which).
 """
@@ -88,7 +89,9 @@ def make_repo(root: Path) -> Path:
     return repo
 
 
-def compare(repo: Path, head: str, out: Path, run_id: str) -> tuple[int, dict[str, Any]]:
+def compare(
+    repo: Path, head: str, out: Path, run_id: str, extra: list[str]
+) -> tuple[int, dict[str, Any]]:
     proc = subprocess.run(
         [
             sys.executable,
@@ -115,6 +118,7 @@ def compare(repo: Path, head: str, out: Path, run_id: str) -> tuple[int, dict[st
             "--id",
             run_id,
             "-q",
+            *extra,
         ],
         cwd=out,
         capture_output=True,
@@ -136,8 +140,16 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--heads", default="busy,sleep,docs")
     ap.add_argument("--no-hog", action="store_true", help="no CPU hog beside the comparisons")
+    ap.add_argument("--rounds", type=int, help="harness compare --rounds (default: its own)")
+    ap.add_argument(
+        "--runs-per-round", type=int, help="harness compare --runs-per-round (default: its own)"
+    )
     args = ap.parse_args()
     heads = [h for h in args.heads.split(",") if h]
+    extra = [] if args.rounds is None else ["--rounds", str(args.rounds)]
+    if args.runs_per_round is not None:
+        extra += ["--runs-per-round", str(args.runs_per_round)]
+    print(f"harness compare {' '.join(extra) or '(defaults)'}")
     root = Path(tempfile.mkdtemp(prefix="verdicts-"))
     repo = make_repo(root)
     out = root / "runs"
@@ -152,7 +164,7 @@ def main() -> int:
         for run in range(args.runs):
             for head in heads:
                 t0 = time.monotonic()
-                code, doc = compare(repo, head, out, f"{head}-{run}")
+                code, doc = compare(repo, head, out, f"{head}-{run}", extra)
                 (case,) = [c for c in doc["cases"] if c["id"] == "t2va-int8"]
                 st = next((s for s in case["latency"] if s["stage"] == STAGE), {})
                 ok = (

@@ -59,6 +59,13 @@ def add_parser(sub: Any) -> None:
         help="one worker per side per step instead of a fresh pair per round (faster; for a "
         "search whose subject is a failure, not latency)",
     )
+    p.add_argument(
+        "--runs-per-round",
+        type=int,
+        metavar="N",
+        help="measured runs of the case per side in every round (default 3 with a fresh pair "
+        "per round, 1 with --reuse-workers)",
+    )
     p.add_argument("--out", type=Path, default=Path("reports"), metavar="DIR")
     p.add_argument("--references", type=Path, default=Path("references"), metavar="DIR")
     p.add_argument("--noise-dir", type=Path, default=Path("runners/noise"), metavar="DIR")
@@ -67,7 +74,7 @@ def add_parser(sub: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from harness.cli.compare import looks_for
+    from harness.cli.compare import looks_for, runs_per_round_arg
     from harness.compare.bisect import BisectInterrupted, bisect, evidence
     from harness.compare.latency import LatencySettings
     from harness.compare.run import CompareRequest
@@ -91,6 +98,7 @@ def main(args: argparse.Namespace) -> int:
         ),
         quality_margins=dict(profile.compare_margins),
         worker_per_round=not args.reuse_workers,
+        runs_per_round=runs_per_round_arg(args.runs_per_round),
         noise_dir=args.noise_dir,
         argv=tuple(sys.argv),
         progress=lambda line: say(f"  {line}") if line.startswith(("bisect", "compare")) else None,

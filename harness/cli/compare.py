@@ -108,6 +108,14 @@ def add_parser(sub: Any) -> None:
         "faster, but a process's own speed then biases every round (for comparisons whose "
         "subject is not latency)",
     )
+    p.add_argument(
+        "--runs-per-round",
+        type=int,
+        metavar="N",
+        help="measured runs of each case per side in every round, alternating A B B A ...; the "
+        "round's median is its one sample (default 3 with a fresh pair per round, 1 with "
+        "--reuse-workers)",
+    )
     p.add_argument("--strict", action="store_true", help="inconclusive and suspect fail too")
     p.add_argument(
         "--no-confirm", action="store_true", help="do not confirm regressions with a fresh batch"
@@ -141,13 +149,30 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=main)
 
 
+def runs_per_round_arg(n: int | None) -> int | None:
+    """``--runs-per-round``, checked (None: the default for the worker mode)."""
+    if n is not None and not 1 <= n <= 50:
+        raise UsageError(f"--runs-per-round {n}: expected an integer from 1 to 50")
+    return n
+
+
+# Where a batch looks: 3, 5, 7 rounds (DESIGN), then about 1.4 times further each look, so a
+# batch allowed more rounds (--rounds 20 on a noisy runner) still stops early on a clear result.
+_LOOKS = (3, 5, 7, 10, 14, 20, 28, 40, 56, 80, 112, 160)
+
+
 def looks_for(rounds: int | None) -> tuple[int, ...]:
-    """Looks at 3, 5, 7 rounds, cut at ``rounds`` (which is always the last look)."""
+    """Looks at 3, 5, 7 rounds, then 10, 14, 20, ... (each about 1.4x the last), cut at
+    ``rounds`` (which is always the last look).
+
+        >>> looks_for(None), looks_for(5), looks_for(20), looks_for(24)
+        ((3, 5, 7), (3, 5), (3, 5, 7, 10, 14, 20), (3, 5, 7, 10, 14, 20, 24))
+    """
     if rounds is None:
         return (3, 5, 7)
-    if rounds < 2:
-        raise UsageError(f"--rounds {rounds}: expected an integer >= 2")
-    return (*(n for n in (3, 5, 7) if n < rounds), rounds)
+    if not 2 <= rounds <= 200:
+        raise UsageError(f"--rounds {rounds}: expected an integer from 2 to 200")
+    return (*(n for n in _LOOKS if n < rounds), rounds)
 
 
 def _interruptible(run: Callable[[], Comparison]) -> Comparison:
@@ -204,6 +229,7 @@ def main(args: argparse.Namespace) -> int:
         quality_margins=dict(profile.compare_margins),
         budget_s=args.budget,
         worker_per_round=not args.reuse_workers,
+        runs_per_round=runs_per_round_arg(args.runs_per_round),
         noise_dir=args.noise_dir,
         noise_max_age_days=args.noise_max_age,
         argv=tuple(sys.argv),

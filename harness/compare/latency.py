@@ -2,11 +2,12 @@
 
 Samples are :func:`harness.model.counting.judged_seconds` of each run's final attempt that
 passed (:func:`~harness.model.counting.passing_finals`), ``total`` being the attempt's whole
-duration. On CPU platforms they are contention-free (wall time less run-queue delay: other
-processes' load is not the code's time, while a sleep, a lock or I/O head adds still is); on
-device platforms they are what the platform measures. A stage whose median is below
-``min_stage_s`` on both sides is reported but not judged: a few microseconds of work are timer
-and scheduler noise.
+duration; in a live comparison one sample per round and side, the median of the round's
+runs (:func:`round_samples`). On CPU platforms they are contention-free (wall time less
+run-queue delay: other processes' load is not the code's time, while a sleep, a lock or I/O
+head adds still is); on device platforms they are what the platform measures. A stage whose
+median is below ``min_stage_s`` on both sides is reported but not judged: a few microseconds
+of work are timer and scheduler noise.
 
 The rule (DESIGN.md "Deciding a latency difference"), per batch of rounds:
 
@@ -85,14 +86,40 @@ def _look_index(looks: Sequence[int], rounds: int) -> int:
     return max(0, sum(1 for n in looks if n <= rounds) - 1)
 
 
+def round_samples(
+    attempts: Sequence[Attempt], rounds: Collection[int] | None, *, contention_free: bool
+) -> dict[int, dict[str, float]]:
+    """Round -> stage -> the round's one sample: the median of the judged seconds
+    (:func:`~harness.model.counting.judged_seconds`) of its runs that passed, on one side.
+
+    A round with several runs per side (``runs_per_round``) gives one sample, not several:
+    its runs share one worker process, so they are not independent of one another the way
+    rounds in fresh processes are, and rounds stay the unit of N. A stage a run did not time
+    is left out of that run's median."""
+    per: dict[int, dict[str, list[float]]] = {}
+    for a in passing_finals(attempts, rounds):
+        stages = per.setdefault(a.round, {})
+        for stage, secs in judged_seconds(a, contention_free=contention_free).items():
+            if secs > 0:
+                stages.setdefault(stage, []).append(secs)
+    return {r: {s: statistics.median(v) for s, v in st.items()} for r, st in per.items()}
+
+
 def _samples(
     attempts: Sequence[Attempt], rounds: Collection[int] | None, contention_free: bool
 ) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
-    for a in passing_finals(attempts, rounds):
-        for stage, secs in judged_seconds(a, contention_free=contention_free).items():
-            if secs > 0:
-                out.setdefault(stage, []).append(secs)
+    if rounds is None:
+        # saved runs: every measured run is a sample (a plain run has no rounds)
+        for a in passing_finals(attempts, rounds):
+            for stage, secs in judged_seconds(a, contention_free=contention_free).items():
+                if secs > 0:
+                    out.setdefault(stage, []).append(secs)
+        return out
+    per_round = round_samples(attempts, rounds, contention_free=contention_free)
+    for r in sorted(per_round):
+        for stage, secs in per_round[r].items():
+            out.setdefault(stage, []).append(secs)
     return out
 
 

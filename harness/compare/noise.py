@@ -24,10 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from harness.compare.latency import round_samples
 from harness.compare.stats import MAX_MARGIN, calibrate_noise
 from harness.errors import ReportFormatError, UsageError
 from harness.fsio import slug, write_json_atomic
-from harness.model import Attempt, json_safe, judged_seconds, passing_finals
+from harness.model import Attempt, json_safe
 
 NOISE_SCHEMA_VERSION = 2
 
@@ -183,17 +184,16 @@ def calibrate(
     contention_free: Collection[str] = (),
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """case name -> stage -> ``{noise, measured, capped, ratio, ci_low, ci_high, n}`` from A/A
-    attempts, the two runs of each round paired (rounds where either side failed are left
-    out). Cases named in ``contention_free`` are measured as they will be judged: wall time
-    less run-queue delay. ``noise`` is capped at :data:`NOISE_CAP`; ``measured`` keeps the
-    figure as measured."""
+    attempts, the two sides of each round paired (each side's sample being the median of its
+    runs in the round, :func:`~harness.compare.latency.round_samples`; rounds where either
+    side failed are left out). Cases named in ``contention_free`` are measured as they will be
+    judged: wall time less run-queue delay. ``noise`` is capped at :data:`NOISE_CAP`;
+    ``measured`` keeps the figure as measured."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for case, (first, second) in per_case.items():
         cf = case in contention_free
-        a, b = (
-            {(x.round, x.repeat): judged_seconds(x, contention_free=cf) for x in passing_finals(s)}
-            for s in (first, second)
-        )
+        # one sample per round and side, as comparisons judge them (the round's median)
+        a, b = (round_samples(s, None, contention_free=cf) for s in (first, second))
         rounds = sorted(set(a) & set(b))
         stages = {}
         for stage in a[rounds[0]] if rounds else {}:

@@ -87,8 +87,20 @@ class CompareRequest:
     warmup: int = 1  # at least this many warm-up runs per case and side
     # a fresh pair of workers per round (rounds exchangeable); False: one worker per side
     worker_per_round: bool = True
+    # measured runs per case, side and round (the round's median is its sample); None: 3 with
+    # a fresh pair per round (start-up amortised), 1 with reused workers
+    runs_per_round: int | None = None
     argv: tuple[str, ...] = ()
     progress: Say | None = None
+
+
+def runs_per_round(request: CompareRequest) -> int:
+    """Measured runs per case, side and round: as asked, else 3 with a fresh pair of workers
+    per round (a pair costs seconds to start, a run a fraction of one) and 1 with reused
+    workers."""
+    if request.runs_per_round is not None:
+        return request.runs_per_round
+    return 3 if request.worker_per_round else 1
 
 
 def utc_now() -> str:
@@ -187,6 +199,7 @@ def finish_comparison(
             "quality_margins": dict(request.quality_margins),
             "budget_s": request.budget_s,
             "workers": "per round" if request.worker_per_round else "one per side",
+            "runs_per_round": runs_per_round(request),
         },
         infra_errors=incomplete(reports),
         env_diff=env_diff(reports["base"].env, reports["head"].env),
@@ -295,6 +308,7 @@ def run_live(
         ),
         sides,
         worker_per_round=request.worker_per_round,
+        runs_per_round=runs_per_round(request),
     )
     say(f"compare {comparison_id}: {what}, {len(items)} case(s) -> {runner.run_dir}")
     session = Session(runner, items, latency, budget_s=request.budget_s, say=say)

@@ -19,6 +19,15 @@ With a new process per round, that speed is one more random effect of the round,
 are exchangeable and the rank tests' error rates hold (asv's ``rounds`` and pyperf's worker
 processes do the same). ``worker_per_round=False`` keeps one worker per side for the whole
 comparison: faster, for comparisons whose subject is not latency.
+
+**Several runs per round** (``runs_per_round``, 3 by default in ``harness compare`` with fresh
+workers): each case runs that many times per side in the round's pair, alternating A B B A A B,
+and latency takes the round's median per side as the round's one sample
+(:func:`harness.compare.latency.round_samples`), so rounds stay the unit of N. On a shared VM
+most of a run's scatter is the run's own (a single-thread matmul loop drifts by +-20 % within
+one quiet process), not the process's: beside a CPU hog, t2va-int8's DenoisingStage scattered
+by about 10 % between the runs of one worker while five workers' medians agreed within about
+2 %. Starting a pair costs several seconds; each extra run costs one run.
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ class PairedRunner(Runner):
         sides: Mapping[Side, SideSpec],
         *,
         worker_per_round: bool = True,
+        runs_per_round: int = 1,
     ) -> None:
         super().__init__(options, side="head")
         self.executor.close()
@@ -61,6 +71,7 @@ class PairedRunner(Runner):
         self.next_round = 0
         self._warmed: set[str] = set()
         self.worker_per_round = worker_per_round
+        self.runs_per_round = runs_per_round
         self.worker_sets = 0  # how many times both sides' workers were started afresh
         self._rounds_in_workers = 0  # rounds the live workers have run (a new pair: 0)
         # item name -> warm-up runs planned per side (the first warm-up plus one per new pair)
@@ -95,7 +106,11 @@ class PairedRunner(Runner):
                 self._warmed.update(i.name for i in warm)
                 cold = []
                 schedule = Interleaved(
-                    runnable, rounds=1, first_round=self.next_round, warmup=False
+                    runnable,
+                    rounds=1,
+                    first_round=self.next_round,
+                    warmup=False,
+                    runs_per_round=self.runs_per_round,
                 )
                 for unit in schedule:
                     final = self.run_unit(unit, self.side_attempts(unit.side, unit.item))
@@ -133,13 +148,14 @@ class PairedRunner(Runner):
             return skipped(item, "not run", side=side)
         prof = self.options.profile
         rounds = {a.round for a in attempts if not a.warmup}
+        measured = len(rounds) * self.runs_per_round
         return aggregate(
             item,
             attempts,
-            planned_runs=self._warmups.get(item.name, item.case.warmup) + len(rounds),
+            planned_runs=self._warmups.get(item.name, item.case.warmup) + measured,
             budget={**item.case.budget, **prof.budgets.get(item.case.id, {})},
             interrupted=self.stop_requested,
-            repeats=len(rounds),
+            repeats=measured,
             side=side,
             **self.executor.judging(side, item),
         )

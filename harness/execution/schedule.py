@@ -62,7 +62,13 @@ class Linear:
 
 
 class Interleaved:
-    """Base and head alternating per round (A B, B A, ...), every case once per side per round."""
+    """Base and head alternating per round (A B, B A, ...), every case ``runs_per_round`` times
+    per side per round.
+
+    With several runs per round, a case's runs keep alternating inside the round (A B B A A B
+    for three), so the two sides' runs of one round sit next to each other in time; run ``j``
+    of round ``r`` is repeat ``r * runs_per_round + j`` (one run per round: repeat ``r``).
+    """
 
     def __init__(
         self,
@@ -72,7 +78,11 @@ class Interleaved:
         sides: tuple[Side, Side] = ("base", "head"),
         first_round: int = 0,
         warmup: bool = True,
+        runs_per_round: int = 1,
     ) -> None:
+        if runs_per_round < 1:
+            raise ValueError(f"runs_per_round: expected an int >= 1, got {runs_per_round!r}")
+        self.runs_per_round = runs_per_round
         self.items = list(items)
         self.rounds = rounds
         self.sides = sides
@@ -89,11 +99,13 @@ class Interleaved:
                 for w in range(item.case.warmup):
                     for side in self.sides:
                         yield Unit(side, item, w, warmup=True)
+        m = self.runs_per_round
         for r in range(self.first_round, self.first_round + self.rounds):
-            first, second = self.order(r)
             for item in self.items:
-                yield Unit(first, item, r, round=r)
-                yield Unit(second, item, r, round=r)
+                for j in range(m):
+                    first, second = self.order(r + j)
+                    yield Unit(first, item, r * m + j, round=r)
+                    yield Unit(second, item, r * m + j, round=r)
 
     def feedback(self, unit: Unit, final: Attempt) -> None:
         """Failures are counted, not skipped: the failure matrix needs both sides' counts."""

@@ -55,6 +55,9 @@ def test_looks_are_cut_at_rounds() -> None:
     assert looks_for(3) == (3,)
     assert looks_for(6) == (3, 5, 6)
     assert looks_for(9) == (3, 5, 7, 9)
+    # beyond 7, about 1.4x further each look, so a long batch still stops early
+    assert looks_for(20) == (3, 5, 7, 10, 14, 20)
+    assert looks_for(24) == (3, 5, 7, 10, 14, 20, 24)
     with pytest.raises(UsageError):
         looks_for(1)
 

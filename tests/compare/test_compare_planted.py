@@ -151,9 +151,35 @@ def test_reuse_workers_keeps_one_worker_per_side_and_says_so(toy: dict[str, Path
     state = toy["root"] / "state-reuse"
     state.mkdir()
     path.write_text(case_toml("clean", state))
-    code, doc, out = compare(toy, "planted", path, "--reuse-workers", run_id="reuse")
+    code, doc, out = compare(
+        toy, "planted", path, "--reuse-workers", run_id="reuse", runs_per_round=None
+    )
     assert doc is not None and code == 0, out[-3000:]
     assert doc["settings"]["workers"] == "one per side"
+    assert doc["settings"]["runs_per_round"] == 1
     for side in ("base", "head"):
         by_round = pids(toy, "reuse", side, "clean")
         assert len(set.union(*by_round.values())) == 1, by_round
+
+
+def test_a_round_runs_each_side_three_times_by_default_alternating(toy: dict[str, Path]) -> None:
+    """With a fresh pair per round, a round runs each case three times per side in A B B A A B
+    order in that pair (start-up is paid once a round), and latency has one sample a round."""
+    path = toy["root"] / "three.toml"
+    state = toy["root"] / "state-three"
+    state.mkdir()
+    path.write_text(case_toml("clean", state))
+    code, doc, out = compare(toy, "planted", path, run_id="three", runs_per_round=None)
+    assert doc is not None and code == 0, out[-3000:]
+    assert doc["settings"]["runs_per_round"] == 3
+    (case,) = doc["cases"]
+    assert case["rounds"] == 3
+    assert all(s["n_base"] == 3 and s["n_head"] == 3 for s in case["latency"]), case["latency"]
+    runs = []
+    for side in ("base", "head"):
+        rep = json.loads((toy["runs"] / "three" / side / "report.json").read_text())
+        (c,) = rep["cases"]
+        runs += [(a["started_at"], side, a["round"]) for a in c["attempts"] if not a["warmup"]]
+    order = [(r, s) for _, s, r in sorted(runs)]
+    assert [r for r, _ in order] == [0] * 6 + [1] * 6 + [2] * 6
+    assert "".join("A" if s == "base" else "B" for _, s in order) == "ABBAABBAABBAABBAAB"

@@ -30,7 +30,7 @@ INTERMITTENT = TARGET.replace(
 def bisect_args(repo: Path, out: Path, bad: str) -> list[str]:
     return [
         "bisect", "mini", "--good", "base", "--bad", bad, "--repo", str(repo),
-        "--code-root", "mini", "--rounds", "3", "--out", str(out),
+        "--code-root", "mini", "--rounds", "3", "--runs-per-round", "1", "--out", str(out),
         "--references", str(out / "no-references"), "--noise-dir", str(out / "noise"),
     ]  # fmt: skip
 

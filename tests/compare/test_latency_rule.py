@@ -276,3 +276,44 @@ def test_the_tests_read_from_one_table_match_the_exact_test_on_shifted_samples()
         assert d.p_improvement == pytest.approx(_p_greater(b, h), abs=1e-12)
         assert d.p_above_margin == pytest.approx(_p_greater(h / 1.05, b), abs=1e-12)
         assert d.p_below_margin == pytest.approx(_p_greater(b, h * 1.05), abs=1e-12)
+
+
+# --- several runs per round: the round's median is its one sample --------------------------------
+
+
+def test_several_runs_in_a_round_give_one_sample_their_median() -> None:
+    """Runs of one round share a worker process, so they are one sample (the median), not
+    three: n counts rounds. On the old code each run was a sample (n=9/9) and an outlier run
+    moved the shift."""
+    from harness.compare.latency import round_samples
+
+    def side(name: Side, per_round: list[list[float]]) -> list[Attempt]:
+        out = []
+        for r, secs in enumerate(per_round):
+            for j, s in enumerate(secs):
+                out.append(
+                    Attempt(
+                        "c",
+                        "cpu",
+                        len(out),
+                        "passed",
+                        0,
+                        side=name,
+                        round=r,
+                        repeat=r * 3 + j,
+                        stages={"s": s},
+                        duration_s=s,
+                    )
+                )
+        return out
+
+    base = side("base", [[1.0, 1.02, 5.0], [0.99, 1.01, 1.0], [1.0, 0.98, 1.03]])
+    head = side("head", [[1.1, 1.12, 1.11], [1.09, 1.1, 1.3], [1.1, 1.11, 1.08]])
+    assert round_samples(base, None, contention_free=False)[0] == {"s": 1.02, "total": 1.02}
+    settings = LatencySettings(min_stage_s=0.0)
+    (st, _total) = decide_stages(base, head, settings, case="c", rounds={0, 1, 2})
+    assert (st.n_base, st.n_head) == (3, 3)
+    assert st.base_median_s == pytest.approx(1.0) and st.head_median_s == pytest.approx(1.1)
+    # a saved run (no rounds): every run is a sample
+    (st_all, _) = decide_stages(base, head, settings, case="c")
+    assert (st_all.n_base, st_all.n_head) == (9, 9)

@@ -94,3 +94,25 @@ def test_permutations_of_rounds_do_not_matter() -> None:
     base, head = [1.0, 1.02, 0.99], [1.08, 1.1, 1.09]
     verdicts = {decide_latency(list(b), list(head)).verdict for b in permutations(base)}
     assert verdicts == {"regression"}
+
+
+def test_several_runs_per_round_alternate_inside_the_round() -> None:
+    """Three runs per side in a round go A B B A A B (B A A B B A in the next round), so a
+    side's runs of one round sit beside the other side's; run j of round r is repeat 3r + j."""
+    from harness.cases import PlanItem
+    from harness.execution.schedule import Interleaved
+    from harness.model import Case
+
+    item = PlanItem(Case("c", "pipeline", "t"), "cpu")
+    units = list(Interleaved([item], rounds=2, warmup=False, runs_per_round=3))
+    assert "".join("A" if u.side == "base" else "B" for u in units) == "ABBAAB" + "BAABBA"
+    assert [(u.round, u.repeat) for u in units if u.side == "head"] == [
+        (0, 0),
+        (0, 1),
+        (0, 2),
+        (1, 3),
+        (1, 4),
+        (1, 5),
+    ]
+    with pytest.raises(ValueError, match="runs_per_round"):
+        Interleaved([item], rounds=1, runs_per_round=0)

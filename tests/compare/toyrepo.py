@@ -126,12 +126,21 @@ def make_toy(root: Path) -> dict[str, Path]:
 
 
 def compare(
-    toy: dict[str, Path], head: str, case_file: Path | None, *extra: str, run_id: str = ""
+    toy: dict[str, Path],
+    head: str,
+    case_file: Path | None,
+    *extra: str,
+    run_id: str = "",
+    runs_per_round: int | None = 1,
 ) -> tuple[int, dict[str, Any] | None, str]:
-    """``harness compare --base base --head HEAD`` over ``case_file`` (or the repository's
-    own cases with ``--cases-from head`` when None); the exit code, comparison.json (None if
-    none was written) and the output."""
+    """``harness compare --base base --head HEAD --rounds 3`` over ``case_file`` (or the
+    repository's own cases with ``--cases-from head`` when None); the exit code,
+    comparison.json (None if none was written) and the output. One run per round unless
+    ``runs_per_round`` says otherwise (None: the command's default): these comparisons count
+    failures, and one run keeps them short."""
     out = toy["runs"]
+    if runs_per_round is not None:
+        extra = ("--runs-per-round", str(runs_per_round), *extra)
     cases = [str(case_file)] if case_file is not None else ["cases", "--cases-from", "head"]
     proc = subprocess.run(
         [

@@ -71,6 +71,14 @@ def test_compare_into_an_unwritable_out_is_one_line_naming_out(
     one_line_naming(proc, "--out")
 
 
+@pytest.mark.parametrize("flag,value", [("--runs-per-round", "0"), ("--rounds", "1")])
+def test_compare_with_too_few_runs_or_rounds_is_one_line_naming_the_flag(
+    tmp_path: Path, flag: str, value: str
+) -> None:
+    proc = cli("compare", "--base", "HEAD", flag, value, "-q", cwd=tmp_path)
+    assert "expected an integer" in one_line_naming(proc, flag)
+
+
 def test_an_over_long_run_id_is_one_line_naming_run_id(tmp_path: Path) -> None:
     proc = cli("run", "--out", str(tmp_path / "o"), "--run-id", "a" * 300, "-q", cwd=tmp_path)
     assert "at most" in one_line_naming(proc, "--run-id")
