@@ -186,6 +186,9 @@ def main(args: argparse.Namespace) -> int:
             signal.signal(s, h)
         report = runner.finish(suite.errors)
         write_run(report, runner.run_dir, references=references if references.is_dir() else None)
+    # A repeated infrastructure failure opens the result: it is not the code's failure.
+    for finding in report.infrastructure:
+        print(finding.line(), file=sys.stderr)
     counts = {k: v for k, v in report.counts().items() if v}
     print(
         f"{runner.run_dir}: "

@@ -50,7 +50,10 @@ def _reason(status: Status, attempts: Sequence[Attempt]) -> str | None:
     if status in ("passed",):
         return None
     err = next((a.error for a in reversed(attempts) if a.error is not None), None)
-    return f"{err.type}: {first_line(err.message)}" if err else None
+    stopped = next((a.not_retried for a in reversed(attempts) if a.not_retried), "")
+    text = f"{err.type}: {first_line(err.message)}" if err else None
+    # An infrastructure failure the retries were not spent on says so, with its signature.
+    return f"{text}; {stopped}" if text and stopped else text
 
 
 # Device platforms and the torch device type their tensors live on (ROCm's torch calls HIP "cuda").

@@ -12,9 +12,11 @@ import os
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from harness.model import Attempt, ErrorInfo
+from harness.model import Attempt, ErrorInfo, ran
+from harness.model.infra import INFRA_HTTP_CODES as INFRA_HTTP_CODES
+from harness.model.infra import INFRA_PATTERNS, describe, infra_signature
 from harness.platforms.profile import RetryPolicy
 
 INFRA_TYPES = frozenset(
@@ -36,18 +38,6 @@ INFRA_TYPES = frozenset(
         "BrokenPipeError",
         "InfrastructureError",
     }
-)
-# Infrastructure, i.e. nothing to do with the code under test: HTTP 403, 408, 429 and 5xx
-# (never 404: a missing file is a bug), refused/reset connections, name resolution, read
-# timeouts. The README states this same list.
-INFRA_HTTP_CODES: tuple[str, ...] = ("403", "408", "429", "5xx")
-INFRA_PATTERNS: tuple[str, ...] = (
-    r"\bHTTP(?: Error)? ?(?:403|408|429|5\d\d)\b",
-    r"\b(?:403|429|502|503|504) (?:Forbidden|Too Many Requests|Bad Gateway|Service Unavailable"
-    r"|Gateway Timeout)\b",
-    r"Connection (?:reset|refused|aborted)",
-    r"Temporary failure in name resolution",
-    r"Read timed out",
 )
 OOM_TYPES = frozenset({"OutOfMemoryError", "MemoryError"})
 OOM_PATTERNS: tuple[str, ...] = (
@@ -188,6 +178,27 @@ def declined_attempt(
     )
 
 
+def previous_try(case_attempts: Sequence[Attempt]) -> Attempt | None:
+    """The case's last attempt that ran (a declined retry never did), or None."""
+    return next((a for a in reversed(ran(case_attempts))), None)
+
+
+def mark_infra(attempt: Attempt, cls: str | None, before: Attempt | None) -> Attempt:
+    """``attempt`` with its infrastructure signature when its retry class is ``infra``, and
+    ``not_retried`` when the try before it (``before``, of the same case) failed with the
+    same signature: the retry budget is for flakes, not for a 403 that will not change."""
+    if cls != "infra" or attempt.error is None:
+        return attempt
+    signature = infra_signature(attempt.error.type, attempt.error.message)
+    if before is None or before.infra != signature:
+        return replace(attempt, infra=signature)
+    return replace(
+        attempt,
+        infra=signature,
+        not_retried=f"not retried: same infrastructure failure twice ({describe(signature)})",
+    )
+
+
 def with_retries(
     run_once: Callable[[int], Attempt],
     *,
@@ -201,16 +212,18 @@ def with_retries(
     """Run one warm-up or measured run, retrying retryable failures while the budget allows.
 
     ``run_once(retry)`` makes one attempt; every attempt (and a declined retry) goes to
-    ``record`` as soon as it exists. Returns the final real attempt of the run.
+    ``record`` as soon as it exists. An infrastructure failure carries its signature
+    (:mod:`harness.model.infra`); one that repeats the signature of the case's try before it
+    is not retried again (``not_retried`` says so). Returns the final real attempt of the run.
     """
     retry = 0
     while True:
         attempt = run_once(retry)
+        cls = retry_class(attempt, policy) if attempt.status != "passed" else None
+        retryable = cls is not None and cls in policy.retry_on and retry < policy.retries
+        attempt = mark_infra(attempt, cls, previous_try(case_attempts) if retryable else None)
         record(attempt)
-        if attempt.status == "passed" or stop():
-            return attempt
-        cls = should_retry(attempt, policy)
-        if cls is None or retry >= policy.retries:
+        if cls is None or not retryable or attempt.not_retried or stop():
             return attempt
         estimate = Budget.estimate(case_attempts, all_attempts)
         fits, left = budget.fits(estimate)

@@ -10,7 +10,7 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.model.exits import exit_status
 from harness.model.shard import INCOMPLETE_CAUSES, MergedShard, MissingCase, ShardInfo
@@ -24,6 +24,9 @@ from harness.model.vocab import (
     json_number,
     number_from_json,
 )
+
+if TYPE_CHECKING:
+    from harness.model.infra import InfraFinding
 
 SCHEMA_VERSION = 2
 
@@ -157,7 +160,9 @@ class CheckResult:
 
 
 # Attempt fields left out of the JSON when empty (newer, optional fields of the record).
-_OMIT_EMPTY = frozenset({"stage_device", "stage_memory", "stage_cpu", "stage_wait", "wait_s"})
+_OMIT_EMPTY = frozenset(
+    {"stage_device", "stage_memory", "stage_cpu", "stage_wait", "wait_s", "infra", "not_retried"}
+)
 
 
 @dataclass(frozen=True)
@@ -197,6 +202,11 @@ class Attempt:
     stage_cpu: Mapping[str, float] = field(default_factory=dict)
     stage_wait: Mapping[str, float] = field(default_factory=dict)
     wait_s: float = 0.0
+    # An infrastructure failure (retry class ``infra``): its signature (harness.model.infra),
+    # and, when the retry budget was not spent on it, why ("not retried: same infrastructure
+    # failure twice (...)"). Absent from the JSON when empty.
+    infra: str = ""
+    not_retried: str = ""
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {}
@@ -372,7 +382,20 @@ class RunReport:
             **(
                 {"merged_from": [m.to_json() for m in self.merged_from]} if self.merged_from else {}
             ),
+            **(
+                {"infrastructure": [f.to_json() for f in self.infrastructure]}
+                if self.infrastructure
+                else {}
+            ),
         }
+
+    @property
+    def infrastructure(self) -> tuple[InfraFinding, ...]:
+        """Infrastructure signatures repeated across cases or attempts (harness.model.infra);
+        derived from the attempts, so a merged or re-read report says the same."""
+        from harness.model.infra import infrastructure_findings
+
+        return infrastructure_findings(self.cases)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> RunReport:
@@ -412,12 +435,18 @@ def exit_code(report: RunReport) -> int:
     planned case is never a pass: one whose shard is absent or unreported makes the run
     incomplete (3); one not run after a failure (``--fail-fast``) or a declined budget is a
     failure of the run (1)."""
-    statuses = {c.status for c in report.cases}
+    from harness.model.infra import infra_only
+
+    findings = report.infrastructure
+    failing = [c for c in report.cases if c.status in FAILING | {"budget_declined"}]
+    code_failed = [c for c in failing if not infra_only(c, findings)]
     return exit_status(
         input_error=bool(report.load_errors),
-        incomplete=not report.complete,
-        failed=bool(statuses & (FAILING | {"budget_declined"}) or report.missing),
+        # Cases that failed only on a repeated infrastructure signature are not a code
+        # failure: the run is 3, unless some other case failed on its code (1 wins then).
+        incomplete=not report.complete or (len(code_failed) < len(failing) and not code_failed),
+        failed=bool(code_failed or report.missing),
         # Nothing ran: no attempt, or only the attempts of cases a worker skipped (`requires`).
         nothing_ran=not any(c.attempts for c in report.cases if c.status != "skipped"),
-        only_flaky="flaky" in statuses,
+        only_flaky="flaky" in {c.status for c in report.cases},
     )

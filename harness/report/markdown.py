@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterable
 
 from harness.model import CaseResult, CheckResult, ErrorInfo, RunReport, exit_code, fmt_number
+from harness.model.infra import describe
 
 # GitHub refuses a step summary over 1 MiB; keep a margin for what else a step appends.
 STEP_SUMMARY_LIMIT = 1024 * 1024
@@ -197,6 +198,25 @@ def verdict_line(report: RunReport) -> str:
     return line
 
 
+def infrastructure_lines(report: RunReport) -> list[str]:
+    """One line per infrastructure finding, the document's first lines: ``infrastructure: HTTP
+    403 on `<url>` (4 cases, 9 attempts); not a code failure``."""
+    out = []
+    for f in report.infrastructure:
+        text = describe(f.signature)
+        target = f.signature.rpartition(" ")[2]
+        if " " in f.signature and text.endswith(target):
+            text = f"{md_text(text[: -len(target)])} {md_code(target, table=False)}"
+        else:
+            text = md_text(text)
+        n, k = len(f.cases), f.attempts
+        out.append(
+            f"infrastructure: {text} ({n} case{'s' * (n != 1)}, {k} attempt{'s' * (k != 1)}); "
+            "not a code failure"
+        )
+    return out
+
+
 def _context_line(report: RunReport) -> str:
     parts = [f"run {md_code(report.run_id, table=False)}"]
     if report.runner:
@@ -317,6 +337,8 @@ def _attention_row(kind: str, case: CaseResult) -> str:
 def summary_markdown(report: RunReport, *, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
     """``summary.md`` of a run, at most ``max_bytes`` of UTF-8."""
     doc = Budget(max_bytes)
+    for line in infrastructure_lines(report):
+        doc.force(f"### 🛑 {line}")
     doc.force(f"### {verdict_line(report)}")
     doc.force("")
     doc.force(_context_line(report))

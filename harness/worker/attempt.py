@@ -24,7 +24,9 @@ from typing import Any
 
 from harness import platforms, probe
 from harness.checks import evaluate_attempt_checks
+from harness.errors import InfrastructureError
 from harness.model import Attempt, Case, ErrorInfo
+from harness.model.infra import looks_like_infrastructure
 from harness.platforms.base import Identity
 from harness.platforms.policy import threshold_chain
 from harness.probe.clocks import perf_counter, process_time
@@ -158,11 +160,26 @@ def _run_command(case: Case, result_file: Path, timeout_s: float) -> None:
     )
     if proc.returncode != 0:
         tail = (proc.stdout[-2000:] + proc.stderr[-2000:]).strip()
-        raise AssertionError(f"command {list(case.command or ())} exited {proc.returncode}\n{tail}")
+        what = f"command {list(case.command or ())} exited {proc.returncode}\n{tail}"
+        if looks_like_infrastructure(tail):
+            # A download answering 403, a host that does not resolve: the command could not
+            # run the code under test, so this is an infrastructure error (retried as such,
+            # with its signature), not a failed case.
+            raise InfrastructureError(what)
+        raise AssertionError(what)
     if result_file.is_file():
         data = json.loads(result_file.read_text())
         for k, v in data.get("notes", {}).items():
             probe.note(k, v)
+
+
+def _exc_message(exc: Exception) -> str:
+    """``str(exc)``, with the URL it names when the text does not (urllib's HTTPError says
+    "HTTP Error 403: Forbidden" and keeps the URL in ``.url``): the infrastructure signature
+    of the failure needs it."""
+    message = str(exc)
+    url = getattr(exc, "url", None)
+    return f"{message} ({url})" if isinstance(url, str) and url and url not in message else message
 
 
 def _child_status(exc: BaseException | None) -> int:
@@ -309,7 +326,7 @@ def run_attempt(job: AttemptJob) -> Attempt:
     except Exception as exc:
         status = "error"
         error = ErrorInfo.make(
-            type(exc).__name__, str(exc), traceback.format_exc(), innermost_frame(exc)
+            type(exc).__name__, _exc_message(exc), traceback.format_exc(), innermost_frame(exc)
         )
     except BaseException as exc:  # sys.exit(), KeyboardInterrupt, pytest.skip() in a target
         status = "error"
