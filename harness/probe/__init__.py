@@ -43,6 +43,7 @@ from harness.probe.content import (
     muxed_by_harness,
     sources_nonfinite,
 )
+from harness.probe.perflog import RequestScope, perf_folder
 from harness.probe.stages import StageBook, StageDevice, StageTimer
 
 __all__ = [
@@ -57,6 +58,7 @@ __all__ = [
     "platform",
     "platform_info",
     "record_input",
+    "request",
     "seed",
     "stage",
 ]
@@ -174,6 +176,36 @@ def _end() -> _Recorder | None:
         rec.unclosed = tuple(rec.book.close())
         rec.settle()
     return rec
+
+
+def request(request_id: str, *, rank: int | None = None) -> AbstractContextManager[None]:
+    """Record one server request and append it to the per-request perf log.
+
+    When ``HARNESS_PERF_LOG`` names a folder, the stages, fingerprints, inputs and notes that
+    the block records (the ordinary probe calls) go to a fresh recorder, written when the
+    block ends as one JSON line to ``<folder>/perf-rank<R>-<pid>.jsonl``
+    (:mod:`harness.probe.perflog` gives the line's schema); ``rank`` defaults to ``RANK``.
+    Otherwise it is a ``nullcontext`` and costs nothing. A server wraps each request in it on
+    every rank; the recorder is the process's, so a process records one request at a time::
+
+        with probe.request(body.request_id):
+            pipeline(body)
+    """
+    folder = perf_folder()
+    if folder is None:
+        return contextlib.nullcontext()
+    return RequestScope(folder, str(request_id), rank, _request_recorder, _swap)
+
+
+def _request_recorder() -> _Recorder:
+    return _Recorder(seed=None, platform=None, output_dir=None)
+
+
+def _swap(rec: _Recorder | None) -> _Recorder | None:
+    """Make ``rec`` the current recorder; returns the one it replaced."""
+    global _current
+    previous, _current = _current, rec
+    return previous
 
 
 def active() -> bool:
