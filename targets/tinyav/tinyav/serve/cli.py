@@ -72,7 +72,10 @@ def _write_checkpoint(args: argparse.Namespace, folder: Path) -> Path:
 
 
 def _spawn_rank(rank: int, info: RankInfo, ckpt: Path, platform: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, **RankInfo(rank, info.world_size, info.master_addr, info.master_port).env()}
+    env = {
+        **os.environ,
+        **RankInfo(rank, info.world_size, info.master_addr, info.master_port).env(),
+    }
     cmd = [sys.executable, "-m", "tinyav.serve.rank", "--checkpoint", str(ckpt)]
     return subprocess.Popen([*cmd, "--platform", platform], env=env)
 
@@ -109,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     ckpt = state.executor.submit(_write_checkpoint, args, Path(workdir.name))
     loading = state.executor.submit(_load, ckpt, args.platform, info, state)
     code = _watch(args, info, server, http, ckpt, loading, ranks, signals)
-    return _shutdown(state, loading, ranks, workdir, code)
+    return _shutdown(state, loading, args.tp, bool(server.started), ranks, workdir, code)
 
 
 def _load(ckpt: Future[Path], platform: str, info: RankInfo, state: ServerState) -> None:
@@ -160,26 +163,32 @@ def _watch(
 def _shutdown(
     state: ServerState,
     loading: Future[None],
+    world_size: int,
+    served: bool,
     ranks: list[subprocess.Popen[bytes]],
     workdir: tempfile.TemporaryDirectory[str],
     code: int,
 ) -> int:
     """Stop the other ranks through the engine (after any request in flight), reap them."""
-    stuck = False
-    try:
-        loading.exception(timeout=STOP_WAIT_S)  # a load in progress finishes first
-    except TimeoutError:
-        stuck = True
+    # A load in progress finishes first, unless it waits for ranks that were never started
+    # or the server never listened (a port taken): then nothing is worth the wait.
+    stuck = not loading.done() and (not served or (world_size > 1 and not ranks))
+    if not stuck:
+        try:
+            loading.exception(timeout=STOP_WAIT_S)
+        except TimeoutError:
+            stuck = True
     if state.engine is not None and all(p.poll() is None for p in ranks):
         try:
             state.executor.submit(state.engine.stop).result(timeout=STOP_WAIT_S)
         except Exception as e:
             _log(f"tinyav.serve: stopping the ranks failed ({type(e).__name__}: {e})")
             stuck = True
-    for proc in ranks:
+    for r, proc in enumerate(ranks, start=1):
         try:
             proc.wait(timeout=RANK_EXIT_WAIT_S)
         except subprocess.TimeoutExpired:
+            _log(f"tinyav.serve: rank {r} did not exit within {RANK_EXIT_WAIT_S:g} s; killed")
             proc.kill()
             proc.wait()
     workdir.cleanup()

@@ -216,8 +216,7 @@ def check_divisible(cfg: DiTConfig, world: int) -> None:
     mlp = cfg.hidden * cfg.mlp_ratio
     if world < 1 or cfg.heads % world or mlp % world:
         raise ValueError(
-            f"--tp {world}: the DiT has {cfg.heads} heads and an MLP of {mlp}; "
-            "tp must divide both"
+            f"--tp {world}: the DiT has {cfg.heads} heads and an MLP of {mlp}; tp must divide both"
         )
 
 

@@ -1,0 +1,84 @@
+"""``probe.request``: one JSON line per request in ``HARNESS_PERF_LOG``, nothing without it,
+and an attempt's recording untouched by a request inside it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness import probe
+
+
+def _lines(folder: Path) -> list[dict[str, object]]:
+    return [json.loads(x) for p in sorted(folder.glob("*.jsonl")) for x in p.open()]
+
+
+def test_without_the_variable_a_request_records_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HARNESS_PERF_LOG", raising=False)
+    with probe.request("r1"):
+        assert not probe.active()
+        with probe.stage("DenoisingStage"):
+            pass
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_each_request_is_one_line_with_its_stages_and_fingerprints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    monkeypatch.setenv("HARNESS_PERF_LOG", str(tmp_path / "perf"))
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for rid in ("a", "b"):
+        with probe.request(rid):
+            assert probe.active()
+            with probe.stage("DenoisingStage"):
+                probe.fingerprint("latents", np.arange(4, dtype=np.float32))
+            probe.note("serve.tp", 2)
+    (path,) = (tmp_path / "perf").iterdir()
+    assert path.name == f"perf-rank1-{os.getpid()}.jsonl"
+    first, second = _lines(tmp_path / "perf")
+    assert (first["request_id"], second["request_id"]) == ("a", "b")
+    assert first["rank"] == 1 and first["world_size"] == 2 and first["pid"] == os.getpid()
+    assert list(first["stages"]) == ["DenoisingStage"]  # type: ignore[call-overload]
+    assert first["fingerprints"]["latents"]["max"] == 3.0  # type: ignore[index]
+    assert first["notes"] == {"serve.tp": 2} and first["error"] is None
+    assert first["schema"] == "harness.perf/1" and first["started_at"] > 0  # type: ignore[operator]
+    assert not probe.active()
+
+
+def test_a_failed_request_is_written_with_its_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HARNESS_PERF_LOG", str(tmp_path))
+    with (
+        pytest.raises(RuntimeError),
+        probe.request("boom", rank=0),
+        probe.stage("DenoisingStage"),
+    ):
+        raise RuntimeError("all_reduce timed out")
+    (line,) = _lines(tmp_path)
+    assert line["error"] == "RuntimeError: all_reduce timed out"
+    assert "DenoisingStage" in line["stages"]  # type: ignore[operator]
+
+
+def test_a_request_inside_an_attempt_leaves_the_attempt_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HARNESS_PERF_LOG", str(tmp_path / "perf"))
+    rec = probe._begin(seed=1, platform="cpu", output_dir=None)
+    try:
+        with probe.stage("Outer"), probe.request("inner", rank=0), probe.stage("DenoisingStage"):
+            pass
+        probe.note("after", True)
+    finally:
+        probe._end()
+    assert list(rec.stages) == ["Outer"] and rec.notes == {"after": True}
+    (line,) = _lines(tmp_path / "perf")
+    assert list(line["stages"]) == ["DenoisingStage"]  # type: ignore[call-overload]
