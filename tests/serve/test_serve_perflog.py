@@ -82,3 +82,19 @@ def test_a_request_inside_an_attempt_leaves_the_attempt_as_it_was(
     assert list(rec.stages) == ["Outer"] and rec.notes == {"after": True}
     (line,) = _lines(tmp_path / "perf")
     assert list(line["stages"]) == ["DenoisingStage"]  # type: ignore[call-overload]
+
+
+def test_tinyav_without_the_harness_has_a_no_op_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+    import sys
+
+    from conftest import TARGET
+
+    monkeypatch.setitem(sys.modules, "harness", None)  # `from harness import probe` fails
+    spec = importlib.util.spec_from_file_location("_probe_alone", TARGET / "tinyav" / "_probe.py")
+    assert spec is not None and spec.loader is not None
+    alone = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(alone)
+    assert type(alone.probe).__name__ == "_NoProbe"
+    with alone.probe.request("r1", rank=0), alone.probe.stage("DenoisingStage"):
+        pass

@@ -68,7 +68,8 @@ def _write_checkpoint(args: argparse.Namespace, folder: Path) -> Path:
     from tinyav.scenarios.pipeline import QUANT_FORMATS
 
     name = f"tinyav-{args.variant}-{args.quant}.safetensors"
-    return write_checkpoint(folder / name, QUANT_FORMATS[args.quant], variant=args.variant)
+    fmt = QUANT_FORMATS[args.quant]
+    return write_checkpoint(folder / name, fmt, variant=args.variant)  # type: ignore[arg-type]
 
 
 def _spawn_rank(rank: int, info: RankInfo, ckpt: Path, platform: str) -> subprocess.Popen[bytes]:

@@ -23,6 +23,8 @@ ConvRot layer is dequantized once at load into a float shard: the same weights t
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -33,7 +35,7 @@ from tinyav.model import MLP, CrossAttention, DiTBlock, DiTConfig, SelfAttention
 class RowParallel(nn.Module):
     """``local`` (a slice of the input columns, no bias) then ``all_reduce``, then the bias."""
 
-    def __init__(self, local: nn.Module, bias: torch.Tensor | None, group: object) -> None:
+    def __init__(self, local: nn.Module, bias: torch.Tensor | None, group: Any) -> None:
         super().__init__()
         self.local = local
         self.group = group
@@ -44,7 +46,7 @@ class RowParallel(nn.Module):
         import torch.distributed as dist
 
         y = self.local(x).contiguous()
-        dist.all_reduce(y, group=self.group)  # type: ignore[arg-type]
+        dist.all_reduce(y, group=self.group)
         return y if self.bias is None else y + self.bias.to(y.dtype)
 
 
@@ -53,6 +55,7 @@ class _DequantLinear(nn.Module):
 
     def __init__(self, weight: torch.Tensor) -> None:
         super().__init__()
+        self.weight: torch.Tensor
         self.register_buffer("weight", weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
