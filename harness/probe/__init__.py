@@ -88,6 +88,9 @@ class _Recorder:
     # Stages still open when the attempt ended, innermost last (filled by ``_end``): the
     # worker makes such an attempt an error; they have no time.
     unclosed: tuple[str, ...] = ()
+    # False for a server request (``request``): its perf line has no outputs, and decoding an
+    # MP4 to count its NaNs cost more than all its stages' bookkeeping together.
+    record_outputs: bool = True
 
     def settle(self) -> None:
         """Describe the held fingerprints and hash the held inputs (the attempt has ended)."""
@@ -182,7 +185,8 @@ def request(request_id: str, *, rank: int | None = None) -> AbstractContextManag
     """Record one server request and append it to the per-request perf log.
 
     When ``HARNESS_PERF_LOG`` names a folder, the stages, fingerprints, inputs and notes that
-    the block records (the ordinary probe calls) go to a fresh recorder, written when the
+    the block records (the ordinary probe calls; ``output`` records nothing) go to a fresh
+    recorder, written when the
     block ends as one JSON line to ``<folder>/perf-rank<R>-<pid>.jsonl``
     (:mod:`harness.probe.perflog` gives the line's schema); ``rank`` defaults to ``RANK``.
     Otherwise it is a ``nullcontext`` and costs nothing. A server wraps each request in it on
@@ -198,7 +202,7 @@ def request(request_id: str, *, rank: int | None = None) -> AbstractContextManag
 
 
 def _request_recorder() -> _Recorder:
-    return _Recorder(seed=None, platform=None, output_dir=None)
+    return _Recorder(seed=None, platform=None, output_dir=None, record_outputs=False)
 
 
 def _swap(rec: _Recorder | None) -> _Recorder | None:
@@ -338,7 +342,7 @@ def output(
     the packets its muxer counted per stream stand for the demux's. A name that is not such an
     output makes the probe decode the file as usual.
     """
-    if _current is None:
+    if _current is None or not _current.record_outputs:
         return
     rec = _current
     clean_meta = {k: v for k, v in meta.items() if isinstance(v, str | int | float | bool)}

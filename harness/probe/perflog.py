@@ -18,7 +18,9 @@ One line (keys in this order)::
      "inputs": {...}, "notes": {...}, "unclosed": [], "error": null}
 
 ``started_at`` is Unix time when the request opened, ``wall_s`` its wall seconds, ``error``
-``"<Type>: <message>"`` when the block raised (the line is still written). Without the
+``"<Type>: <message>"`` when the block raised (the line is still written). Outputs are not
+recorded (``probe.output`` does nothing inside a request): the server answers with them, and
+decoding its MP4 to count NaNs cost a tinyav request more than everything else here. Without the
 environment variable nothing is recorded and :func:`harness.probe.request` is a
 ``nullcontext``.
 """
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -60,13 +63,19 @@ def env_rank() -> int:
 
 
 def append_line(path: Path, record: dict[str, Any]) -> None:
-    """Append ``record`` as one JSON line to ``path`` and flush it (the folder is created)."""
+    """Append ``record`` as one JSON line to ``path`` and flush it (the folder is created).
+
+    A perf log that cannot be written never fails the request it describes: one line on
+    stderr says why, and the server goes on."""
     text = json.dumps(record, default=str) + "\n"
-    with _write_lock:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
+    try:
+        with _write_lock:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("a", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+    except OSError as e:
+        print(f"harness.probe: cannot append to the perf log {path}: {e}", file=sys.stderr)
 
 
 class RequestScope:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import Server, start_server
+from tinyav_server import Server, start_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tinyav-serve")]
 

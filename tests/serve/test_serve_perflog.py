@@ -41,6 +41,7 @@ def test_each_request_is_one_line_with_its_stages_and_fingerprints(
             with probe.stage("DenoisingStage"):
                 probe.fingerprint("latents", np.arange(4, dtype=np.float32))
             probe.note("serve.tp", 2)
+            probe.output("video", np.zeros((1, 2, 2, 3), np.uint8), kind="video")  # not kept
     (path,) = (tmp_path / "perf").iterdir()
     assert path.name == f"perf-rank1-{os.getpid()}.jsonl"
     first, second = _lines(tmp_path / "perf")
@@ -49,6 +50,7 @@ def test_each_request_is_one_line_with_its_stages_and_fingerprints(
     assert list(first["stages"]) == ["DenoisingStage"]  # type: ignore[call-overload]
     assert first["fingerprints"]["latents"]["max"] == 3.0  # type: ignore[index]
     assert first["notes"] == {"serve.tp": 2} and first["error"] is None
+    assert "outputs" not in first
     assert first["schema"] == "harness.perf/1" and first["started_at"] > 0  # type: ignore[operator]
     assert not probe.active()
 
@@ -88,7 +90,7 @@ def test_tinyav_without_the_harness_has_a_no_op_request(monkeypatch: pytest.Monk
     import importlib.util
     import sys
 
-    from conftest import TARGET
+    from tinyav_server import TARGET
 
     monkeypatch.setitem(sys.modules, "harness", None)  # `from harness import probe` fails
     spec = importlib.util.spec_from_file_location("_probe_alone", TARGET / "tinyav" / "_probe.py")
@@ -98,3 +100,14 @@ def test_tinyav_without_the_harness_has_a_no_op_request(monkeypatch: pytest.Monk
     assert type(alone.probe).__name__ == "_NoProbe"
     with alone.probe.request("r1", rank=0), alone.probe.stage("DenoisingStage"):
         pass
+
+
+def test_a_perf_log_that_cannot_be_written_never_fails_the_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("HARNESS_PERF_LOG", str(blocker / "perf"))
+    with probe.request("r1", rank=0), probe.stage("DenoisingStage"):
+        pass
+    assert "harness.probe: cannot append to the perf log" in capsys.readouterr().err

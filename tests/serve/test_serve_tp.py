@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import target_env
+from tinyav_server import target_env
 
 HERE = Path(__file__).resolve().parent
 
