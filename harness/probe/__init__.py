@@ -43,6 +43,7 @@ from harness.probe.content import (
     muxed_by_harness,
     sources_nonfinite,
 )
+from harness.probe.perflog import RequestScope, perf_folder
 from harness.probe.stages import StageBook, StageDevice, StageTimer
 
 __all__ = [
@@ -57,6 +58,7 @@ __all__ = [
     "platform",
     "platform_info",
     "record_input",
+    "request",
     "seed",
     "stage",
 ]
@@ -86,6 +88,9 @@ class _Recorder:
     # Stages still open when the attempt ended, innermost last (filled by ``_end``): the
     # worker makes such an attempt an error; they have no time.
     unclosed: tuple[str, ...] = ()
+    # False for a server request (``request``): its perf line has no outputs, and decoding an
+    # MP4 to count its NaNs cost more than all its stages' bookkeeping together.
+    record_outputs: bool = True
 
     def settle(self) -> None:
         """Describe the held fingerprints and hash the held inputs (the attempt has ended)."""
@@ -174,6 +179,37 @@ def _end() -> _Recorder | None:
         rec.unclosed = tuple(rec.book.close())
         rec.settle()
     return rec
+
+
+def request(request_id: str, *, rank: int | None = None) -> AbstractContextManager[None]:
+    """Record one server request and append it to the per-request perf log.
+
+    When ``HARNESS_PERF_LOG`` names a folder, the stages, fingerprints, inputs and notes that
+    the block records (the ordinary probe calls; ``output`` records nothing) go to a fresh
+    recorder, written when the
+    block ends as one JSON line to ``<folder>/perf-rank<R>-<pid>.jsonl``
+    (:mod:`harness.probe.perflog` gives the line's schema); ``rank`` defaults to ``RANK``.
+    Otherwise it is a ``nullcontext`` and costs nothing. A server wraps each request in it on
+    every rank; the recorder is the process's, so a process records one request at a time::
+
+        with probe.request(body.request_id):
+            pipeline(body)
+    """
+    folder = perf_folder()
+    if folder is None:
+        return contextlib.nullcontext()
+    return RequestScope(folder, str(request_id), rank, _request_recorder, _swap)
+
+
+def _request_recorder() -> _Recorder:
+    return _Recorder(seed=None, platform=None, output_dir=None, record_outputs=False)
+
+
+def _swap(rec: _Recorder | None) -> _Recorder | None:
+    """Make ``rec`` the current recorder; returns the one it replaced."""
+    global _current
+    previous, _current = _current, rec
+    return previous
 
 
 def active() -> bool:
@@ -306,7 +342,7 @@ def output(
     the packets its muxer counted per stream stand for the demux's. A name that is not such an
     output makes the probe decode the file as usual.
     """
-    if _current is None:
+    if _current is None or not _current.record_outputs:
         return
     rec = _current
     clean_meta = {k: v for k, v in meta.items() if isinstance(v, str | int | float | bool)}

@@ -23,6 +23,10 @@ except ImportError:  # pragma: no cover - exercised only without the harness on 
             yield
 
         @staticmethod
+        def request(request_id: str, *, rank: int | None = None) -> Any:
+            return contextlib.nullcontext()
+
+        @staticmethod
         def fingerprint(name: str, tensor_or_array: Any) -> None:
             return None
 
