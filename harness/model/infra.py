@@ -27,12 +27,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from harness.model.counting import failed_tries, ran
-from harness.model.records import CaseResult
 from harness.model.vocab import FAILING
+
+if TYPE_CHECKING:  # records reads the findings of its cases from here
+    from harness.model.records import CaseResult
 
 # Infrastructure, i.e. nothing to do with the code under test: HTTP 403, 408, 429 and 5xx
 # (never 404: a missing file is a bug), refused/reset connections, name resolution, read

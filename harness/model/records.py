@@ -10,9 +10,10 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from harness.model.exits import exit_status
+from harness.model.infra import InfraFinding, infra_only, infrastructure_findings
 from harness.model.shard import INCOMPLETE_CAUSES, MergedShard, MissingCase, ShardInfo
 from harness.model.vocab import (
     FAILING,
@@ -24,9 +25,6 @@ from harness.model.vocab import (
     json_number,
     number_from_json,
 )
-
-if TYPE_CHECKING:
-    from harness.model.infra import InfraFinding
 
 SCHEMA_VERSION = 2
 
@@ -393,8 +391,6 @@ class RunReport:
     def infrastructure(self) -> tuple[InfraFinding, ...]:
         """Infrastructure signatures repeated across cases or attempts (harness.model.infra);
         derived from the attempts, so a merged or re-read report says the same."""
-        from harness.model.infra import infrastructure_findings
-
         return infrastructure_findings(self.cases)
 
     @classmethod
@@ -435,8 +431,6 @@ def exit_code(report: RunReport) -> int:
     planned case is never a pass: one whose shard is absent or unreported makes the run
     incomplete (3); one not run after a failure (``--fail-fast``) or a declined budget is a
     failure of the run (1)."""
-    from harness.model.infra import infra_only
-
     findings = report.infrastructure
     failing = [c for c in report.cases if c.status in FAILING | {"budget_declined"}]
     code_failed = [c for c in failing if not infra_only(c, findings)]
