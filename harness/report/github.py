@@ -153,8 +153,10 @@ def run_annotations(
     workspace: str | None = None,
 ) -> list[Annotation]:
     """Annotations for a run, worst first: errors for failing cases, case files that did not
-    load and harness faults; warnings for flaky and warn-policy results; notices for latency
-    budgets met only under contention (with their figures). ``lines`` maps case
+    load, harness faults and repeated infrastructure failures (one each, "infrastructure:
+    HTTP 403 on <url> (N cases, M attempts); not a code failure"); warnings for flaky and
+    warn-policy results; notices for latency budgets met only under contention (with their
+    figures). ``lines`` maps case
     ids to the line of their table (the loaded cases know it); ids not in it are looked up in
     their case file."""
     line_of = _Lines(lines)
@@ -171,6 +173,8 @@ def run_annotations(
             )
         )
     out += [Annotation("error", fault, "harness error") for fault in report.infra_errors]
+    # a repeated infrastructure failure is one finding, named once, before the cases it failed
+    out += [Annotation("error", f.line(), "infrastructure") for f in report.infrastructure]
     for kind, case in attention_cases(report):
         if kind == "simulated":
             continue  # labelled in the summary; not a failure to point at

@@ -229,6 +229,11 @@ def test_infrastructure_only_run_exits_3_with_the_line_first(tmp_path: Path) -> 
     assert RunReport.from_json(doc).infrastructure == report.infrastructure
     html = render_run_html(report, tmp_path)
     assert 'class="banner infra"' in html and finding.line() in html
+    from harness.report.github import run_annotations
+
+    first_error = run_annotations(report)[0]
+    assert (first_error.level, first_error.title) == ("error", "infrastructure")
+    assert first_error.message == finding.line()
 
 
 def test_code_failure_beside_infrastructure_keeps_exit_1_and_the_line() -> None:
