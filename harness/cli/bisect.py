@@ -74,7 +74,7 @@ def add_parser(sub: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from harness.cli.compare import looks_for, runs_per_round_arg
+    from harness.cli.compare import default_code_roots, looks_for, runs_per_round_arg
     from harness.compare.bisect import BisectInterrupted, bisect, evidence
     from harness.compare.latency import LatencySettings
     from harness.compare.run import CompareRequest
@@ -88,7 +88,7 @@ def main(args: argparse.Namespace) -> int:
         repo=args.repo,
         case_paths=tuple(args.paths),
         platforms=tuple(args.platforms or ()),
-        code_roots=tuple(args.code_roots or ["targets/tinyav"]),
+        code_roots=tuple(args.code_roots or default_code_roots(args.repo)),
         out_root=args.out,
         profile=profile,
         references_root=args.references,

@@ -80,7 +80,8 @@ def add_parser(sub: Any) -> None:
         action="append",
         dest="code_roots",
         metavar="DIR",
-        help="import root relative to the repository (repeatable; default: targets/tinyav)",
+        help="import root relative to the repository (repeatable; default: targets/tinyav where "
+        "the repository has it, else none: the cases' own code_root)",
     )
     p.add_argument(
         "--cases-from",
@@ -149,6 +150,12 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=main)
 
 
+def default_code_roots(repo: Path) -> list[str]:
+    """The bundled target's import root where the repository has one (this repository, a copy
+    of it), else none: a project of its own names its import roots per case (``code_root``)."""
+    return ["targets/tinyav"] if (repo / "targets" / "tinyav").is_dir() else []
+
+
 def runs_per_round_arg(n: int | None) -> int | None:
     """``--runs-per-round``, checked (None: the default for the worker mode)."""
     if n is not None and not 1 <= n <= 50:
@@ -215,7 +222,7 @@ def main(args: argparse.Namespace) -> int:
         keyword=args.keyword,
         platforms=tuple(args.platforms or ()),
         cases_from=args.cases_from,
-        code_roots=tuple(args.code_roots or ["targets/tinyav"]),
+        code_roots=tuple(args.code_roots or default_code_roots(args.repo)),
         out_root=args.out,
         comparison_id=args.comparison_id,
         profile=profile,

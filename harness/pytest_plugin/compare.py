@@ -188,7 +188,10 @@ def _run(first: ComparisonItem) -> _CompareState:
         case_paths=(_opt_path(config, "harness_cases", "cases"),),
         case_ids=tuple(it.plan_item.case.id for it in items),
         platforms=tuple(sorted({it.plan_item.platform for it in items})),
-        code_roots=tuple(config.getoption("harness_code_root") or ["targets/tinyav"]),
+        code_roots=tuple(
+            config.getoption("harness_code_root")
+            or (["targets/tinyav"] if (root / "targets" / "tinyav").is_dir() else [])
+        ),
         out_root=_opt_path(config, "harness_out", "reports"),
         profile=profile,
         references_root=_opt_path(config, "harness_references", "references"),

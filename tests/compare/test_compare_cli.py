@@ -70,3 +70,15 @@ def test_profile_compare_table(tmp_path: Path) -> None:
     p.write_text('name = "r"\n[compare]\nmargin = 1\n')
     with pytest.raises(ProfileError, match=r"compare\.margin"):
         load_profile(p)
+
+
+def test_the_default_code_root_is_the_bundled_target_only_where_the_repository_has_it(
+    tmp_path: Path,
+) -> None:
+    """A project of its own (`harness init`) names its import roots per case; defaulting to
+    targets/tinyav there made every `harness compare` without --code-root a usage error."""
+    from harness.cli.compare import default_code_roots
+
+    assert default_code_roots(tmp_path) == []
+    (tmp_path / "targets" / "tinyav").mkdir(parents=True)
+    assert default_code_roots(tmp_path) == ["targets/tinyav"]
