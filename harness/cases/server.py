@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from harness.cases.fields import Ctx, check_json, check_keys, str_list, type_ok
+from harness.cases.fields import Ctx, check_json, check_keys, finite, str_list, type_ok
 from harness.errors import CaseFileError
 from harness.model.server import (
     DECODES,
@@ -45,6 +45,7 @@ _OUTPUT_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "decode": ((str,), " or ".join(f'"{d}"' for d in DECODES)),
     "suffix": ((str,), 'string, a file suffix such as ".mp4"'),
     "kind": ((str,), " or ".join(f'"{k}"' for k in OUTPUT_KINDS)),
+    "meta": ((dict,), 'table such as { sample_rate = "audio.sample_rate" }'),
 }
 _DEFAULT_SUFFIX = {"base64": ".bin", "text": ".txt", "json": ".json"}
 
@@ -137,7 +138,15 @@ def _output(ctx: Ctx, key: str, raw: Any) -> OutputSpec:
     kind = raw.get("kind", SUFFIX_KINDS.get(suffix.lower(), "file"))
     if kind not in OUTPUT_KINDS:
         raise ctx.fail(f"{key}.kind", kind, "one of " + ", ".join(OUTPUT_KINDS))
-    return OutputSpec(field=raw["field"], decode=decode, suffix=suffix, kind=kind)
+    meta = raw.get("meta", {})
+    for name, value in meta.items():
+        if not type_ok(value, (str, int, float)) or not finite(value) or value == "":
+            raise ctx.fail(
+                f"{key}.meta.{name}",
+                value,
+                'a dotted field of the answer (e.g. "audio.sample_rate") or a finite number',
+            )
+    return OutputSpec(field=raw["field"], decode=decode, suffix=suffix, kind=kind, meta=dict(meta))
 
 
 def parse_request(ctx: Ctx, index: int, raw: Any) -> RequestSpec:

@@ -40,12 +40,15 @@ class ServerSpec:
 
 @dataclass(frozen=True)
 class OutputSpec:
-    """Where one output is in a JSON answer (``field``, dotted) and how it becomes a file."""
+    """Where one output is in a JSON answer (``field``, dotted) and how it becomes a file.
+    ``meta`` describes it for the checks and the reference store (``fps``, ``sample_rate``):
+    a string is a dotted field of the answer, a number is the value itself."""
 
     field: str
     decode: str = "base64"
     suffix: str = ".bin"
     kind: str = "file"
+    meta: Mapping[str, str | int | float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -266,15 +266,17 @@ def _take_outputs(i: int, req: RequestSpec, answer: Any, prefix: str) -> None:
     for name, spec in req.outputs.items():
         try:
             data = _output_bytes(_field(answer, spec.field), spec)
+            meta = {k: _field(answer, v) if isinstance(v, str) else v for k, v in spec.meta.items()}
         except (KeyError, ValueError, TypeError) as e:
             keys = sorted(answer) if isinstance(answer, dict) else type(answer).__name__
             raise ServerError(
                 "failed",
                 "ServerAnswerMissingOutput",
-                f"request #{i} ({req.path}): output '{name}' is not at '{spec.field}' decoded "
-                f"as {spec.decode} ({type(e).__name__}: {e}); the answer's keys: {keys}",
+                f"request #{i} ({req.path}): output '{name}' (field '{spec.field}' decoded as "
+                f"{spec.decode}, meta {dict(spec.meta)}) is not in the answer "
+                f"({type(e).__name__}: {e}); the answer's keys: {keys}",
             ) from None
-        with probe.output_file(f"{prefix}{name}", spec.suffix, kind=spec.kind) as path:
+        with probe.output_file(f"{prefix}{name}", spec.suffix, **meta, kind=spec.kind) as path:
             path.write_bytes(data)
 
 

@@ -112,6 +112,11 @@ def test_neither_ready_url_nor_ready_log(tmp_path: Path) -> None:
         ),
         ('outputs.audio = "audio.b64"', "requests[0].outputs.audio", "a table"),
         (
+            'outputs.audio = { field = "audio.b64", meta = { sample_rate = true } }',
+            "requests[0].outputs.audio.meta.sample_rate",
+            "a dotted field of the answer",
+        ),
+        (
             'outputs.audio = { field = "audio.b64", colour = "red" }',
             "requests[0].outputs.audio.colour",
             "known keys",

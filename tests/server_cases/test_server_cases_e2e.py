@@ -53,8 +53,18 @@ def test_the_bundled_server_case_passes(tmp_path: Path) -> None:
     outputs = attempt["outputs"]
     assert (outputs["video"]["kind"], outputs["audio"]["kind"]) == ("video", "audio")
     assert outputs["video"]["nonfinite"] == 0 and outputs["audio"]["nonfinite"] == 0
+    # the outputs judged as a pipeline case's: always-on finiteness, the blessed reference
     checks = {c["name"]: c["passed"] for c in attempt["checks"]}
-    assert checks == {"finite(video)": True, "finite(audio)": True}
+    assert set(checks) == {
+        "finite(video)",
+        "finite(audio)",
+        "ssim(video)",
+        "psnr(video)",
+        "audio_snr(audio)",
+    }
+    assert all(checks.values()), attempt["checks"]
+    assert outputs["video"]["meta"]["fps"] == 8
+    assert outputs["audio"]["meta"]["sample_rate"] == 16000
     assert attempt["notes"]["server.exit_code"] == 0  # SIGTERM: a clean stop
     assert "server.left_behind" not in attempt["notes"]
     assert (tmp_path / "r" / attempt["outputs"]["video"]["path"]).is_file()
