@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from harness.cases.load import load_file
 from harness.errors import CaseFileError
-from harness.model import case_from_json, case_to_json
+from harness.model import KINDS, case_from_json, case_to_json
 
 GOOD = """
 [[case]]
@@ -157,3 +158,23 @@ def test_server_keys_on_another_kind_and_a_target_on_a_server_case(tmp_path: Pat
     assert 'kind = "server"' in error(path)
     message = error(write(tmp_path, case_extra='target = "m:f"'))
     assert "[case.server]" in message and "'target'" in message
+
+
+def test_the_report_schema_knows_every_kind() -> None:
+    root = Path(__file__).resolve().parents[2]
+    schema = json.loads((root / "harness/report/schemas/report.schema.json").read_text())
+    enums: list[list[str]] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            kind = node.get("properties", {}).get("kind")
+            if isinstance(kind, dict) and "pipeline" in kind.get("enum", ()):
+                enums.append(kind["enum"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(schema)
+    assert enums and all(tuple(e) == KINDS for e in enums), enums

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from harness.report.schema import validate_report
+
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tinyav-serve")]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,6 +36,7 @@ def harness(*args: str | Path, env: dict[str, str] | None = None) -> dict[str, A
         env=env,
     )
     doc: dict[str, Any] = json.loads((out / "r" / "report.json").read_text())
+    validate_report(doc)
     doc["proc"] = proc
     return doc
 
