@@ -4,7 +4,8 @@
 detail, ``badjson`` a 200 whose body is not JSON, ``ok`` a 200 with a base64 text output.
 MODE ``daemon`` answers as ``ok`` and starts, in the server's process group, a child that ignores
 SIGTERM (its pid written to the file named by ``FAKE_CHILD_PID``): a server that leaves a
-process behind. SIGTERM ends the server itself at once.
+process behind. MODE ``taken`` finds its port already taken (it holds it itself) and fails to
+bind, as a server does when another process got the port first. SIGTERM ends the server.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import http.server
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from typing import Any
@@ -52,6 +54,10 @@ def main() -> None:
         child = subprocess.Popen([sys.executable, "-c", CHILD])
         with open(os.environ["FAKE_CHILD_PID"], "w") as fh:
             fh.write(str(child.pid))
+    if mode == "taken":
+        holder = socket.socket()
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
     server = http.server.HTTPServer(("127.0.0.1", port), Handler)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     print(f"fake server ready on {port}", flush=True)

@@ -108,6 +108,7 @@ def faults(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         + fake("bad-json", "badjson")
         + fake("daemon", "daemon")
         + fake("fine", "ok")
+        + fake("port-taken", "taken")
     )
     pid_file = folder / "child.pid"
     env = dict(os.environ, FAKE_CHILD_PID=str(pid_file))
@@ -132,6 +133,7 @@ def test_the_run_goes_on_and_writes_its_report(faults: dict[str, Any]) -> None:
         "bad-json": "failed",
         "daemon": "error",
         "fine": "passed",
+        "port-taken": "failed",
     }
     (attempt,) = faults["by_id"]["fine"]["attempts"]
     assert attempt["outputs"]["text"]["bytes"] == len(b"hello from the server")
@@ -145,6 +147,12 @@ def test_a_server_that_exits_during_start_up_is_reported_at_once(faults: dict[st
     assert error["type"] == "ServerExited"
     assert "exited with exit code 3 before it was ready" in error["message"]
     assert "boom" in error["message"]
+
+
+def test_a_port_already_taken_is_reported_with_the_log(faults: dict[str, Any]) -> None:
+    error = error_of(faults, "port-taken")
+    assert error["type"] == "ServerExited" and "exit code 1" in error["message"]
+    assert "Address already in use" in error["message"]
 
 
 def test_a_500_answer_is_quoted(faults: dict[str, Any]) -> None:
