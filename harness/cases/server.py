@@ -140,6 +140,8 @@ def _output(ctx: Ctx, key: str, raw: Any) -> OutputSpec:
         raise ctx.fail(f"{key}.kind", kind, "one of " + ", ".join(OUTPUT_KINDS))
     meta = raw.get("meta", {})
     for name, value in meta.items():
+        if name in ("kind", "encoded_from"):
+            raise ctx.fail(f"{key}.meta", name, "meta names other than 'kind' and 'encoded_from'")
         if not type_ok(value, (str, int, float)) or not finite(value) or value == "":
             raise ctx.fail(
                 f"{key}.meta.{name}",

@@ -4,8 +4,9 @@ run by :mod:`harness.worker.server_case`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 # How an output's value is turned into the bytes of its file.
@@ -25,7 +26,7 @@ class ServerSpec:
     port the harness picks) and ``{python}`` (the worker's interpreter)."""
 
     command: tuple[str, ...]
-    env: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
     ranks: int = 1
     ready_url: str | None = None  # a path on the server, e.g. "/health": ready on a 200
     ready_log: str | None = None  # a regex: ready once the server's output matches it
@@ -48,7 +49,7 @@ class OutputSpec:
     decode: str = "base64"
     suffix: str = ".bin"
     kind: str = "file"
-    meta: Mapping[str, str | int | float] = field(default_factory=dict)
+    meta: Mapping[str, str | int | float] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,8 @@ class RequestSpec:
     """One ``[[case.requests]]``: a JSON ``POST`` to ``path`` and the outputs of its answer."""
 
     path: str
-    json: Mapping[str, Any] = field(default_factory=dict)
-    outputs: Mapping[str, OutputSpec] = field(default_factory=dict)
+    json: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    outputs: Mapping[str, OutputSpec] = dataclasses.field(default_factory=dict)
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> RequestSpec:

@@ -266,7 +266,9 @@ def _take_outputs(i: int, req: RequestSpec, answer: Any, prefix: str) -> None:
     for name, spec in req.outputs.items():
         try:
             data = _output_bytes(_field(answer, spec.field), spec)
-            meta = {k: _field(answer, v) if isinstance(v, str) else v for k, v in spec.meta.items()}
+            meta: dict[str, Any] = {
+                k: _field(answer, v) if isinstance(v, str) else v for k, v in spec.meta.items()
+            }
         except (KeyError, ValueError, TypeError) as e:
             keys = sorted(answer) if isinstance(answer, dict) else type(answer).__name__
             raise ServerError(
