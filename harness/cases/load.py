@@ -61,8 +61,10 @@ from harness.cases.fields import (
     type_ok,
 )
 from harness.cases.lines import case_lines
+from harness.cases.server import parse_requests, parse_server
 from harness.errors import CaseFileError
 from harness.model.case import Case
+from harness.model.server import RequestSpec, ServerSpec
 from harness.model.vocab import (
     KINDS,
     MAX_REPEATS,
@@ -102,6 +104,8 @@ _CASE_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "code_root": ((str,), "string (a folder relative to the repository root)"),
     "requires": ((list,), "list of module names"),
     "known_flaky": ((str,), "string (why the case is known to fail intermittently)"),
+    "server": ((dict,), 'table [case.server] (kind = "server")'),
+    "requests": ((list,), 'array of tables [[case.requests]] (kind = "server")'),
 }
 
 
@@ -161,8 +165,15 @@ def parse_case(path: Path, raw: Any, where: str) -> Case:
         raise CaseFileError(path, f"{ctx.where}: missing required key 'kind'")
     if raw["kind"] not in KINDS:
         raise ctx.fail("kind", raw["kind"], "one of " + ", ".join(KINDS))
+    server, requests = _server_parts(ctx, raw)
     has_target, has_command = "target" in raw, "command" in raw
-    if has_target == has_command:
+    if server is not None and (has_target or has_command):
+        raise CaseFileError(
+            path,
+            f"{ctx.where}: a server case takes its command from [case.server]: remove "
+            f"'{'target' if has_target else 'command'}'",
+        )
+    if server is None and has_target == has_command:
         raise CaseFileError(path, f"{ctx.where}: exactly one of 'target' or 'command' is required")
     if has_target and not _target_ok(raw["target"]):
         raise ctx.fail(
@@ -192,6 +203,14 @@ def parse_case(path: Path, raw: Any, where: str) -> Case:
     for key, (lowest, highest) in _COUNTS.items():
         if key in raw and not lowest <= raw[key] <= highest:
             raise ctx.fail(key, raw[key], f"an integer from {lowest} to {highest}")
+    timeout_s = float(raw.get("timeout_s", _server_timeout(server, requests)))
+    if server is not None and timeout_s <= server.ready_timeout_s:
+        raise ctx.fail(
+            "timeout_s",
+            timeout_s,
+            f"more seconds than server.ready_timeout_s ({server.ready_timeout_s:g}): the "
+            "attempt's limit covers start-up, the requests and the stop",
+        )
     if "timeout_s" in raw and not 0 < raw["timeout_s"] <= MAX_TIMEOUT_S:
         raise ctx.fail(
             "timeout_s",
@@ -218,7 +237,7 @@ def parse_case(path: Path, raw: Any, where: str) -> Case:
         repeats=raw.get("repeats", 1),
         retries=raw.get("retries"),
         warmup=raw.get("warmup", 0),
-        timeout_s=float(raw.get("timeout_s", 300.0)),
+        timeout_s=timeout_s,
         fresh_process=raw.get("fresh_process", False),
         checks=checks,
         reference=raw.get("reference"),
@@ -229,7 +248,39 @@ def parse_case(path: Path, raw: Any, where: str) -> Case:
         code_root=_code_root(ctx, raw["code_root"]) if "code_root" in raw else None,
         requires=_requires(ctx, raw["requires"]) if "requires" in raw else (),
         known_flaky=_known_flaky(ctx, raw["known_flaky"]) if "known_flaky" in raw else None,
+        server=server,
+        requests=requests,
     )
+
+
+def _server_parts(
+    ctx: Ctx, raw: dict[str, Any]
+) -> tuple[ServerSpec | None, tuple[RequestSpec, ...]]:
+    """The server table and requests of a ``kind = "server"`` case; none for other kinds."""
+    if raw["kind"] != "server":
+        extra = [k for k in ("server", "requests") if k in raw]
+        if extra:
+            raise CaseFileError(
+                ctx.path,
+                f"{ctx.where}: key '{extra[0]}' belongs to a server case: set kind = \"server\"",
+            )
+        return None, ()
+    if "server" not in raw:
+        raise CaseFileError(
+            ctx.path,
+            f'{ctx.where}: kind = "server" needs a [case.server] table (command, ready_url '
+            "or ready_log)",
+        )
+    return parse_server(ctx, raw["server"]), parse_requests(ctx, raw.get("requests", []))
+
+
+def _server_timeout(server: ServerSpec | None, requests: tuple[RequestSpec, ...]) -> float:
+    """The default ``timeout_s``: 300 s, or for a server case its start-up, requests and stop
+    limits together plus 30 s (capped at 24 h)."""
+    if server is None:
+        return 300.0
+    total = server.ready_timeout_s + server.request_timeout_s * len(requests)
+    return min(MAX_TIMEOUT_S, total + server.stop_timeout_s + 30.0)
 
 
 def load_file(path: Path) -> list[Case]:

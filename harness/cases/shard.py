@@ -42,7 +42,13 @@ BATCH_RULES: tuple[str, ...] = ("case", "file", "kind")
 # Seconds per run when no report recorded any case to estimate from. Rough orders of magnitude
 # for the kinds (a loader or dispatch check is quick, a cold import starts an interpreter, a
 # pipeline generates frames); only their ratios shape the split.
-DEFAULT_RUN_S: Mapping[str, float] = {"loader": 1.0, "quant": 0.5, "import": 2.0, "pipeline": 30.0}
+DEFAULT_RUN_S: Mapping[str, float] = {
+    "loader": 1.0,
+    "quant": 0.5,
+    "import": 2.0,
+    "pipeline": 30.0,
+    "server": 30.0,
+}
 _FALLBACK_RUN_S = 1.0
 
 _SPEC = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from harness.model.server import RequestSpec, ServerSpec
 from harness.model.vocab import FrameSpec, display_name
 
 
@@ -74,6 +75,10 @@ class Case:
     # shows and base did not, intermittently, then reads ``flaky`` in a comparison instead of
     # ``new_failure``, and the comparison records this reason. None: not declared.
     known_flaky: str | None = None
+    # A ``kind = "server"`` case: the server it starts and the requests it sends (None / ()
+    # for every other kind).
+    server: ServerSpec | None = None
+    requests: tuple[RequestSpec, ...] = ()
 
     def display(self, platform: str) -> str:
         """``<kind>/<id>[<platform>]``, the name used by pytest items and reports."""
@@ -109,4 +114,6 @@ def case_from_json(d: Mapping[str, Any]) -> Case:
     kw["frames"] = tuple(d["frames"]) if isinstance(d.get("frames"), list) else d["frames"]
     kw["tags"] = tuple(d.get("tags", ()))
     kw["requires"] = tuple(d.get("requires", ()))
+    kw["server"] = ServerSpec.from_json(d["server"]) if d.get("server") is not None else None
+    kw["requests"] = tuple(RequestSpec.from_json(r) for r in d.get("requests", ()))
     return Case(**kw)

@@ -33,8 +33,8 @@ SEVERITY: tuple[Status, ...] = ("crashed", "timeout", "error", "failed")
 Policy = Literal["fail", "warn"]
 POLICIES: tuple[str, ...] = ("fail", "warn")
 
-Kind = Literal["loader", "quant", "pipeline", "import"]
-KINDS: tuple[str, ...] = ("loader", "quant", "pipeline", "import")
+Kind = Literal["loader", "quant", "pipeline", "import", "server"]
+KINDS: tuple[str, ...] = ("loader", "quant", "pipeline", "import", "server")
 
 FRAME_MODES: tuple[str, ...] = ("first-mid-last", "all")
 FrameSpec = str | tuple[int, ...]

@@ -181,6 +181,26 @@ def _end() -> _Recorder | None:
     return rec
 
 
+def _absorb(
+    stages: Mapping[str, float],
+    stage_cpu: Mapping[str, float],
+    fingerprints: Mapping[str, Mapping[str, Any]],
+    prefix: str = "",
+) -> None:
+    """Add stages and fingerprints recorded elsewhere (a server's perf log) to the attempt
+    (called by the worker only): a stage already there accumulates, as one entered twice
+    does; fingerprints are described already and keep their order, under ``prefix``."""
+    rec = _current
+    if rec is None:
+        return
+    for name, seconds in stages.items():
+        rec.book.stages[name] = rec.book.stages.get(name, 0.0) + float(seconds)
+    for name, seconds in stage_cpu.items():
+        rec.book.cpu_s[name] = rec.book.cpu_s.get(name, 0.0) + float(seconds)
+    for name, desc in fingerprints.items():
+        rec.recorded_fingerprints[f"{prefix}{name}"] = dict(desc)
+
+
 def request(request_id: str, *, rank: int | None = None) -> AbstractContextManager[None]:
     """Record one server request and append it to the per-request perf log.
 

@@ -32,6 +32,7 @@ from harness.platforms.policy import threshold_chain
 from harness.probe.clocks import perf_counter, process_time
 from harness.probe.sched import CLOCKS
 from harness.worker.protocol import AttemptJob
+from harness.worker.server_case import ServerError, run_server_case
 
 # Captured at import: a target that replaces os.getpid must not fool the worker's own checks.
 _getpid = os.getpid
@@ -292,7 +293,13 @@ def run_attempt(job: AttemptJob) -> Attempt:
     cpu0 = process_time()
     t0 = perf_counter()
     try:
-        if case.command is not None:
+        if case.server is not None:
+            # Start-up gets at most what the attempt's limit leaves for the stop, so that a
+            # readiness timeout is this worker's report, not the manager's kill.
+            stop_s = case.server.stop_timeout_s
+            limit = max(case.timeout_s * 0.5, case.timeout_s - stop_s - 10.0)
+            run_server_case(case, output_dir, f"{case.id}-{job.index}", limit)
+        elif case.command is not None:
             # The command gets most of the attempt's time, so that its own timeout is reported
             # by this worker (with what it printed) before the manager's deadline kills us.
             limit = max(case.timeout_s * 0.9, case.timeout_s - 5.0)
@@ -320,6 +327,9 @@ def run_attempt(job: AttemptJob) -> Attempt:
             traceback.format_exc(),
             innermost_frame(exc),
         )
+    except ServerError as exc:
+        status = exc.status
+        error = ErrorInfo.make(exc.kind, str(exc), traceback.format_exc())
     except subprocess.TimeoutExpired as exc:
         status = "timeout"
         error = ErrorInfo.make("Timeout", f"command timed out: {exc}", traceback.format_exc())

@@ -77,7 +77,7 @@ def test_whole_suite_passes_on_cpu_and_never_writes_references(bundled_suite: An
     doc = json.loads((proc.dir / "report.json").read_text())
     cases = doc["cases"]
     assert len(cases) >= 40
-    assert {c["kind"] for c in cases} == {"loader", "quant", "import", "pipeline"}
+    assert {c["kind"] for c in cases} == {"loader", "quant", "import", "pipeline", "server"}
     # Every case passes; the diffusers cases are skipped (with why) only where diffusers is not
     # installed, as on a machine installed without the extra.
     without = importlib.util.find_spec("diffusers") is None

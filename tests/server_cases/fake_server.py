@@ -1,0 +1,68 @@
+"""A tiny HTTP server for the server-case fault tests: ``python fake_server.py PORT MODE``.
+
+``GET`` answers 200 ``{"status": "ok"}``. ``POST`` answers by MODE: ``500`` a 500 with a JSON
+detail, ``badjson`` a 200 whose body is not JSON, ``ok`` a 200 with a base64 text output.
+MODE ``daemon`` answers as ``ok`` and starts, in the server's process group, a child that ignores
+SIGTERM (its pid written to the file named by ``FAKE_CHILD_PID``): a server that leaves a
+process behind. MODE ``taken`` finds its port already taken (it holds it itself) and fails to
+bind, as a server does when another process got the port first. SIGTERM ends the server.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from typing import Any
+
+port, mode = int(sys.argv[1]), sys.argv[2]
+CHILD = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.answer(200, b'{"status": "ok"}')
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if mode == "500":
+            self.answer(500, b'{"detail": "kaboom: the engine fell over"}')
+        elif mode == "badjson":
+            self.answer(200, b'{"video": {"b64": ')
+        else:
+            text = base64.b64encode(b"hello from the server").decode()
+            self.answer(200, json.dumps({"result": {"b64": text}}).encode())
+
+    def answer(self, code: int, body: bytes) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def main() -> None:
+    if mode == "daemon":
+        child = subprocess.Popen([sys.executable, "-c", CHILD])
+        with open(os.environ["FAKE_CHILD_PID"], "w") as fh:
+            fh.write(str(child.pid))
+    if mode == "taken":
+        holder = socket.socket()
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
+    server = http.server.HTTPServer(("127.0.0.1", port), Handler)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    print(f"fake server ready on {port}", flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
