@@ -21,7 +21,10 @@ import sys
 from typing import Any
 
 port, mode = int(sys.argv[1]), sys.argv[2]
-CHILD = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"
+CHILD = (
+    "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "print('ignoring SIGTERM', flush=True); sys.stdout.close(); time.sleep(300)"
+)
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -51,7 +54,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 def main() -> None:
     if mode == "daemon":
-        child = subprocess.Popen([sys.executable, "-c", CHILD])
+        child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE)
+        # ready only once the child ignores SIGTERM: on a loaded machine the stop's SIGTERM
+        # could otherwise reach it before its handler was set, and nothing would be left
+        assert child.stdout is not None and child.stdout.readline() == b"ignoring SIGTERM\n"
         with open(os.environ["FAKE_CHILD_PID"], "w") as fh:
             fh.write(str(child.pid))
     if mode == "taken":

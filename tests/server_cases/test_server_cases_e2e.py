@@ -16,7 +16,10 @@ import pytest
 
 from harness.report.schema import validate_report
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tinyav-serve")]
+# the bundled case is read from the session's one `harness run` of the whole suite; the fault
+# cases share one run of their own (module fixture), so they stay on one xdist worker
+pytestmark = [pytest.mark.slow]
+FAULTS = pytest.mark.xdist_group("server-faults")
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE = Path(__file__).with_name("fake_server.py")
@@ -41,11 +44,15 @@ def harness(*args: str | Path, env: dict[str, str] | None = None) -> dict[str, A
     return doc
 
 
-def test_the_bundled_server_case_passes(tmp_path: Path) -> None:
-    doc = harness("cases/server", tmp_path)
-    assert doc["proc"].returncode == 0, doc["proc"].stderr[-3000:]
-    (case,) = doc["cases"]
-    assert case["kind"] == "server" and case["status"] == "passed", case["reason"]
+@pytest.mark.xdist_group("bundled-suite")
+def test_the_bundled_server_case_passes(bundled_suite: Any) -> None:
+    """In the session's `harness run` of the whole suite (tests/conftest.py), which runs
+    cases/server with the rest, as CI's main job does."""
+    doc = json.loads((bundled_suite.dir / "report.json").read_text())
+    validate_report(doc)
+    (case,) = [c for c in doc["cases"] if c["kind"] == "server"]
+    assert case["id"] == "serve-tp1-int8"
+    assert case["status"] == "passed", case["reason"]
     (attempt,) = case["attempts"]
     stages = attempt["stages"]
     # the harness's own (start-up, the request as the client saw it), then the server's
@@ -70,7 +77,7 @@ def test_the_bundled_server_case_passes(tmp_path: Path) -> None:
     assert outputs["audio"]["meta"]["sample_rate"] == 16000
     assert attempt["notes"]["server.exit_code"] == 0  # SIGTERM: a clean stop
     assert "server.left_behind" not in attempt["notes"]
-    assert (tmp_path / "r" / attempt["outputs"]["video"]["path"]).is_file()
+    assert (bundled_suite.dir / attempt["outputs"]["video"]["path"]).is_file()
 
 
 CASES = """
@@ -124,6 +131,7 @@ def error_of(faults: dict[str, Any], case_id: str) -> dict[str, Any]:
     return error
 
 
+@FAULTS
 def test_the_run_goes_on_and_writes_its_report(faults: dict[str, Any]) -> None:
     assert faults["proc"].returncode == 1, faults["proc"].stderr[-3000:]
     status = {i: c["status"] for i, c in faults["by_id"].items()}
@@ -141,6 +149,7 @@ def test_the_run_goes_on_and_writes_its_report(faults: dict[str, Any]) -> None:
     assert "no perf-log line" in attempt["notes"]["server.perf_log"]
 
 
+@FAULTS
 def test_a_server_that_exits_during_start_up_is_reported_at_once(faults: dict[str, Any]) -> None:
     error = error_of(faults, "exits")
     # ServerExited, not ServerNotReady: the 120 s readiness limit was never waited for
@@ -149,12 +158,14 @@ def test_a_server_that_exits_during_start_up_is_reported_at_once(faults: dict[st
     assert "boom" in error["message"]
 
 
+@FAULTS
 def test_a_port_already_taken_is_reported_with_the_log(faults: dict[str, Any]) -> None:
     error = error_of(faults, "port-taken")
     assert error["type"] == "ServerExited" and "exit code 1" in error["message"]
     assert "Address already in use" in error["message"]
 
 
+@FAULTS
 def test_a_500_answer_is_quoted(faults: dict[str, Any]) -> None:
     error = error_of(faults, "answers-500")
     assert error["type"] == "ServerRequestFailed"
@@ -162,11 +173,13 @@ def test_a_500_answer_is_quoted(faults: dict[str, Any]) -> None:
     assert "kaboom: the engine fell over" in error["message"]
 
 
+@FAULTS
 def test_malformed_json_is_quoted(faults: dict[str, Any]) -> None:
     error = error_of(faults, "bad-json")
     assert "malformed JSON" in error["message"] and '{"video": {"b64": ' in error["message"]
 
 
+@FAULTS
 def test_a_process_left_behind_is_reported_and_killed(faults: dict[str, Any]) -> None:
     error = error_of(faults, "daemon")
     child = faults["child"]
