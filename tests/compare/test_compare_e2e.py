@@ -242,7 +242,8 @@ def test_aa_calibration_stores_noise_that_later_comparisons_use(scratch: Any) ->
         "--rounds",
         "3",
         "--runs-per-round",
-        "1",  # what is stored and used is the subject; 3 runs a round would only cost time
+        "1",
+        "--reuse-workers",  # what is stored and used is the subject, not this runner's noise
         "--references",
         str(REPO / "references"),
         "--runner",

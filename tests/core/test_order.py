@@ -140,7 +140,9 @@ def test_bundled_suite_gives_the_same_results_in_any_order(
     suite = load_suite([REPO / "cases"])
     assert not suite.errors, suite.errors
     profile = resolve_profile(None, REPO / "runners")
-    plan = build_plan(suite.cases, [profile.platform])
+    # server cases start a process group of their own per attempt: nothing of theirs stays in
+    # the worker for a later case to inherit, and each costs ~8 s; the rest run both ways
+    plan = [i for i in build_plan(suite.cases, [profile.platform]) if i.case.kind != "server"]
     runner = Runner(
         RunOptions(
             profile=profile,
@@ -155,7 +157,9 @@ def test_bundled_suite_gives_the_same_results_in_any_order(
     runner.run_plan(plan[::-1])
     report = runner.finish()
     write_run(report, runner.run_dir, latest=False)  # to look at when this fails
-    forward, other = outcome(forward_report), outcome(report)
+    names = {(i.case.id, i.platform) for i in plan}
+    forward = {k: v for k, v in outcome(forward_report).items() if k in names}
+    other = outcome(report)
     assert len(forward) == len(plan) >= 40
     assert any(hashes for _, attempts in forward.values() for _, _, hashes in attempts)
     assert other.keys() == forward.keys()
