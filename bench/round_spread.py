@@ -23,19 +23,26 @@ import argparse
 import json
 import math
 import statistics
+import sys
 from pathlib import Path
+
+# Runnable from a checkout without installing the package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness.model import Attempt, judged_seconds, passing_finals
 
 
 def spread(folder: Path, stage: str, side: str) -> dict[str, float] | None:
+    attempts = [
+        Attempt.from_json(json.loads(line))
+        for line in (folder / "attempts.jsonl").read_text().splitlines()
+    ]
     per_round: dict[int, list[float]] = {}
-    for line in (folder / "attempts.jsonl").read_text().splitlines():
-        a = json.loads(line)
-        secs = a.get("stages", {}).get(stage)
-        if a.get("side") != side or a.get("warmup") or a.get("status") != "passed" or not secs:
-            continue
-        own = secs - a.get("stage_wait", {}).get(stage, 0.0)
-        if own > 0:
-            per_round.setdefault(a["round"], []).append(math.log(own))
+    # the product's own definitions: which runs count, and the seconds a comparison judges
+    for a in passing_finals([a for a in attempts if a.side == side]):
+        own = judged_seconds(a, contention_free=True).get(stage)
+        if own:
+            per_round.setdefault(a.round, []).append(math.log(own))
     rounds = [v for v in per_round.values() if len(v) >= 2]
     if len(rounds) < 3:
         return None
