@@ -34,6 +34,7 @@ from harness.model import (
     failed_tries,
     failure_signature,
     finals,
+    harness_fault,
     ran,
     runs,
     warmup_runs,
@@ -64,9 +65,15 @@ def _not_run_reason(result: CaseResult | None) -> str:
 def _side(result: CaseResult | None) -> _Side:
     if result is None:
         return _Side(0, 0, (), 0, {}, 0, _not_run_reason(None))
-    attempts = result.attempts
+    # an attempt the harness broke ran none of the code under test: the comparison is
+    # incomplete (exit 3) and the case is judged on what did run, or missing with why
+    attempts = tuple(a for a in result.attempts if not harness_fault(a))
     measured = [a for a in finals(attempts) if a.status in {*FAILING, "passed"}]
     if not measured:
+        faults = [a for a in result.attempts if harness_fault(a)]
+        if faults and faults[0].error is not None:
+            why = f"the harness failed on every run ({faults[0].error.message.splitlines()[0]})"
+            return _Side(0, 0, (), 0, {}, 0, why)
         return _Side(0, 0, (), 0, {}, 0, _not_run_reason(result))
     failed = [a for a in measured if a.status in FAILING]
     slots = [*warmup_runs(attempts), *runs(attempts)]

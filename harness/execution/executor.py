@@ -68,7 +68,9 @@ class Executor:
         self.pool = WorkerPool(run_dir / "workers")
         self.env: dict[Side, dict[str, Any]] = {}
         self.env_seconds = 0.0
-        self.infra_errors: list[str] = []
+        # Faults of the harness, one line each, per side: a paired run's report for one side
+        # names only the faults of its own attempts.
+        self.side_infra_errors: dict[Side, list[str]] = {}
         self.devices = DeviceAssignment(profile)
         self.resolver = Resolver(
             profile=profile,
@@ -147,6 +149,14 @@ class Executor:
                 if "error" not in env:
                     env["device_assignment"] = dict(self.devices.record(name))
             self._pinned = groups
+
+    @property
+    def infra_errors(self) -> list[str]:
+        """Every side's harness faults, in the order they happened per side."""
+        return [e for errors in self.side_infra_errors.values() for e in errors]
+
+    def _infra_error(self, side: Side, line: str) -> None:
+        self.side_infra_errors.setdefault(side, []).append(line)
 
     # -- one attempt ---------------------------------------------------------------------------
 
@@ -250,7 +260,7 @@ class Executor:
             )
         except (WorkerError, ProtocolViolation) as exc:
             self._drop(spec, handle, fresh=case.fresh_process)
-            self.infra_errors.append(f"{item.name} attempt {index}: {exc}")
+            self._infra_error(side, f"{item.name} attempt {index}: {exc}")
             return replace(
                 base,
                 duration_s=time.perf_counter() - t0,
@@ -270,7 +280,7 @@ class Executor:
         # The worker caught a bug of the harness itself: an infrastructure error of this run,
         # recorded against this attempt, never a failure (or a pass) of the code under test.
         msg = getattr(reply, "message", repr(reply))
-        self.infra_errors.append(f"{item.name} attempt {index}: {msg}")
+        self._infra_error(side, f"{item.name} attempt {index}: {msg}")
         self._drop(spec, handle, fresh=case.fresh_process)
         return replace(
             base,

@@ -186,7 +186,10 @@ class PairedRunner(Runner):
                 interrupted=self.interrupted,
                 budget_s=self.budget.total_s,
                 load_errors=tuple(load_errors),
-                infra_errors=tuple(self.infra_errors),
+                infra_errors=(
+                    *self.executor.side_infra_errors.get(side, ()),
+                    *self.harness_errors,
+                ),
             )
         return out
 

@@ -31,6 +31,8 @@ if TYPE_CHECKING:  # records imports the infrastructure findings, which count wi
 
 # Attempt statuses of work that never ran: neither a pass nor a failure.
 NOT_RUN: frozenset[str] = frozenset({"skipped", "budget_declined"})
+# The error type of an attempt the harness broke (:func:`harness_fault`).
+HARNESS_FAULT = "HarnessInternalError"
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,13 @@ def passing_finals(
 def ran(attempts: Iterable[Attempt]) -> list[Attempt]:
     """Every attempt that ran, warm-ups and replaced tries included, in recorded order."""
     return [a for a in attempts if a.status not in NOT_RUN]
+
+
+def harness_fault(attempt: Attempt) -> bool:
+    """An attempt the harness itself broke (a ``HarnessInternalError``: a bug of the harness
+    or a worker that broke the protocol): no run of the code under test, neither its pass nor
+    its failure. The run that holds it is incomplete (exit 3)."""
+    return attempt.error is not None and attempt.error.type == HARNESS_FAULT
 
 
 def failed_tries(attempts: Iterable[Attempt]) -> list[Attempt]:

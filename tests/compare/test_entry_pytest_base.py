@@ -70,3 +70,10 @@ def test_an_incomplete_comparison_fails_the_session_with_exit_3(tmp_path: Path) 
     assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "harness comparison INCOMPLETE (exit 3)" in proc.stdout, proc.stdout[-3000:]
     assert "planted harness bug" in proc.stdout
+    # the faults are head's alone (base's attempts passed), and a harness bug is never the
+    # case's failure: the case is missing, settled at the first look
+    assert "head: loader/mini[cpu] attempt" in proc.stdout, proc.stdout[-3000:]
+    assert "base: loader/mini[cpu] attempt" not in proc.stdout, proc.stdout[-3000:]
+    assert "missing" in proc.stdout and "the harness failed on every run" in proc.stdout
+    assert "new_failure" not in proc.stdout, proc.stdout[-3000:]
+    assert " r3 " not in proc.stdout, proc.stdout[-3000:]

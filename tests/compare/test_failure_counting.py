@@ -107,6 +107,21 @@ def test_skipped_side_is_missing_never_passed() -> None:
     assert "head: skipped: requires module 'missingmod'" in (fm.reason or "")
 
 
+def test_a_side_the_harness_broke_is_missing_never_a_failure_of_the_code() -> None:
+    """A harness fault ran none of the code under test: on every run, the case is missing
+    (the comparison is incomplete, exit 3); on one run, it is judged on the runs that ran."""
+    every = result(*(att("error", rnd=r, error="HarnessInternalError") for r in range(3)))
+    fm = failure_matrix(clean(), every, known_flaky=None)
+    assert fm.verdict == "missing", fm
+    assert "head: the harness failed on every run (HarnessInternalError happened)" in (
+        fm.reason or ""
+    )
+    assert settled_by_failures(fm, 3, 20)  # no more rounds can fix a harness bug
+    once = result(att("error", rnd=0, error="HarnessInternalError"), att(rnd=1), att(rnd=2))
+    fm = failure_matrix(clean(), once)
+    assert fm.verdict == "no_change" and fm.head_signatures == () and fm.head_passed == 2
+
+
 def test_both_sides_skipped_alike_is_skipped() -> None:
     def skipped() -> CaseResult:
         return result(status="skipped", reason="platform hip is not available")
