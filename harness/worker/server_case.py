@@ -39,7 +39,9 @@ from typing import Any
 
 from harness import probe
 from harness.model import Case
+from harness.model.hang import HangDiagnosis
 from harness.model.server import OutputSpec, RequestSpec, ServerSpec
+from harness.worker.hang_diagnosis import diagnose
 
 TAIL_LINES = 200
 BODY_CHARS = 2000
@@ -50,12 +52,14 @@ _HOST = "127.0.0.1"
 
 class ServerError(Exception):
     """A server case's attempt did not pass: ``status`` is the attempt's status, ``kind`` the
-    error type recorded (``ServerExited``, ``ServerNotReady``, ``ServerRequestFailed``...)."""
+    error type recorded (``ServerExited``, ``ServerNotReady``, ``ServerRequestFailed``...),
+    ``diagnosis`` the hang diagnosis taken before the kill on a timeout."""
 
     def __init__(self, status: str, kind: str, message: str) -> None:
         super().__init__(message)
         self.status = status
         self.kind = kind
+        self.diagnosis: HangDiagnosis | None = None
 
 
 def free_port() -> int:
@@ -367,9 +371,24 @@ def record_perf_log(folder: Path, ids: Mapping[str, str]) -> None:
         )
 
 
-def run_server_case(case: Case, output_dir: Path | None, tag: str, limit_s: float) -> None:
+def diagnosis_summary(d: HangDiagnosis) -> str:
+    """One line per process for the error message: where each was, by rank."""
+    lines = [f"hang diagnosis ({d.seconds:.1f} s, before the kill):"]
+    for p in d.processes:
+        rank = f"rank {p.rank}" if p.rank is not None else "rank ?"
+        where = p.where or f"stack {p.stack_method}"
+        grow = {True: "log growing", False: "log not growing", None: "no log"}[p.log_growing]
+        cpu = f"{p.cpu_percent:g}% CPU" if p.cpu_percent is not None else "CPU ?"
+        lines.append(f"  pid {p.pid} ({rank}): {where}; {cpu}; {grow} [{p.stack_method}]")
+    return "\n".join(lines)
+
+
+def run_server_case(
+    case: Case, output_dir: Path | None, tag: str, limit_s: float, platform: str = "cpu"
+) -> None:
     """Run ``case`` (``kind = "server"``) once; ``tag`` names its requests, ``limit_s`` bounds
-    start-up. Raises :class:`ServerError` when it does not pass."""
+    start-up. Raises :class:`ServerError` when it does not pass; on a timeout (not ready in
+    time, a request without an answer) it carries the hang diagnosis taken before the kill."""
     spec = case.server
     assert spec is not None, "run_server_case needs a server case"
     base = output_dir if output_dir is not None else Path(tempfile.mkdtemp(prefix="harness-"))
@@ -397,6 +416,15 @@ def run_server_case(case: Case, output_dir: Path | None, tag: str, limit_s: floa
                 ids[rid] = prefix
                 answer = _send(client, server, port, i, req, rid)
                 _take_outputs(i, req, answer, prefix)
+    except ServerError as exc:
+        if exc.status == "timeout" and server.proc.poll() is None:
+            trigger = "readiness timeout" if exc.kind == "ServerNotReady" else "request timeout"
+            exc.diagnosis = diagnose(server.proc.pid, trigger=trigger, platform=platform)
+            exc.args = (f"{exc.args[0]}\n{diagnosis_summary(exc.diagnosis)}",)
+        left = server.stop(spec.stop_timeout_s)
+        if left:
+            probe.note("server.left_behind", _left_text(left, spec))
+        raise
     except BaseException:
         left = server.stop(spec.stop_timeout_s)
         if left:
