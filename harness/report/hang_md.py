@@ -34,7 +34,7 @@ def _last(p: ProcessDiagnosis) -> str:
     if not p.last_line:
         return "-"
     age = f" ({p.last_line_age_s:.1f} s ago)" if p.last_line_age_s is not None else ""
-    return md_code(p.last_line, limit=120) + md_text(age)
+    return md_code(p.last_line, limit=120) + (" " + md_text(age) if age else "")
 
 
 def process_row(p: ProcessDiagnosis) -> str:
