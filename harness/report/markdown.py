@@ -3,7 +3,8 @@
 It opens with a one-line verdict, then a table of the cases that need attention (failed, error,
 timeout, crashed, missing, budget declined, flaky, a warn-policy check, a pass only on a
 simulated platform) with the failing check's obtained value against its threshold and the first
-line of the error; every other case sits in a collapsed ``<details>`` table.
+line of the error; every timed-out attempt's hang diagnosis follows (:mod:`harness.report.
+hang_md`); every other case sits in a collapsed ``<details>`` table.
 
 Every string taken from a report goes through :func:`md_text` or :func:`md_code`: a case named
 ``<script>`` stays text, a ``|`` cannot split a cell, a line break cannot end a row. The whole

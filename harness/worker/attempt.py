@@ -297,9 +297,9 @@ def run_attempt(job: AttemptJob) -> Attempt:
     t0 = perf_counter()
     try:
         if case.server is not None:
-            # Start-up gets at most what the attempt's limit leaves for the stop, so that a
-            # readiness timeout is this worker's report, not the manager's kill.
-            # (and for a hang diagnosis before it)
+            # Start-up gets at most what the attempt's limit leaves for a hang diagnosis and
+            # the stop, so that a readiness timeout is this worker's report, not the manager's
+            # kill.
             stop_s = case.server.stop_timeout_s + hang_diagnosis.DEADLINE_S
             limit = max(case.timeout_s * 0.5, case.timeout_s - stop_s - 10.0)
             run_server_case(case, output_dir, f"{case.id}-{job.index}", limit, platform)

@@ -6,7 +6,10 @@ The server runs in a process group of its own (``start_new_session``), with its 
 ``<attempt output>/server/perf``. Start-up is the stage ``server.startup`` (seconds until
 ready), each request the stage ``server.request`` (as the client saw it). Readiness is polled
 with backoff (10 ms doubling to 100 ms); a server that exits first fails the attempt at once
-with its exit code or signal and the last 200 lines of its log. Stopping sends SIGTERM to the
+with its exit code or signal and the last 200 lines of its log. On a timeout (not ready in time,
+a request without an answer) the server's tree is diagnosed before it is stopped
+(:mod:`harness.worker.hang_diagnosis`: every process's rank, stacks, CPU, log growth, under one
+10 s deadline); the record goes to the attempt (``Attempt.hang``). Stopping sends SIGTERM to the
 group, waits ``stop_timeout_s`` for every process of it to end, then SIGKILLs what is left and
 fails the attempt naming each such process: a server must not leave anything behind. (A daemon
 that left the group with ``setsid`` is still the worker's child, the worker being a subreaper,

@@ -86,7 +86,8 @@ def _spawn_rank(rank: int, info: RankInfo, ckpt: Path, platform: str) -> subproc
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # every thread's stack to stderr on SIGUSR1: a harness without py-spy can still see a hang
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    if hasattr(signal, "SIGUSR1"):  # not on Windows
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     from tinyav.scenarios._common import init_torch
 
     init_torch()

@@ -35,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # every thread's stack to stderr on SIGUSR1: a harness without py-spy can still see a hang
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    if hasattr(signal, "SIGUSR1"):  # not on Windows
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     _die_with_parent()
     from tinyav.scenarios._common import init_torch
     from tinyav.serve.distributed import RankInfo
