@@ -9,15 +9,15 @@ its limit) and spends at most ``deadline_s`` (10 s) in all:
    a process's log is the regular file its stdout goes to (``/proc/PID/fd/1``). The platform's
    device tool (``nvidia-smi``, ``rocm-smi``, ``npu-smi``) runs meanwhile, when on PATH;
 3. the stacks of every process, all at once: ``py-spy dump --native`` where py-spy is on PATH
-   and permitted, else ``py-spy dump`` (Python frames only), else faulthandler through
-   SIGUSR1, sent only to a process that catches SIGUSR1 (``SigCgt`` in ``/proc/PID/status``:
-   it registered ``faulthandler.register(signal.SIGUSR1)``; to any other one the signal would
-   be fatal); its dump is what that process wrote to its stderr file afterwards. Each dump is
-   capped at ``cap`` bytes (1 MiB).
+   and permitted (within 60 % of the time left), else ``py-spy dump`` (Python frames only),
+   else faulthandler through SIGUSR1, sent only to a process that catches SIGUSR1 (``SigCgt``
+   in ``/proc/PID/status``: it registered ``faulthandler.register(signal.SIGUSR1)``; to any
+   other one the signal would be fatal), its dump being what that process then wrote to its
+   stderr file. Each dump is capped at ``cap`` bytes (1 MiB).
 
 Which rank a process is comes from ``RANK`` (else ``LOCAL_RANK``) in ``/proc/PID/environ``,
 else ``--rank N`` / ``--local-rank N`` in its command line, else the started process is rank 0
-when no other process says it is. Linux only; elsewhere the record says what it could not read.
+when no other process says it is. Linux only (it reads /proc): elsewhere it lists no process.
 """
 
 from __future__ import annotations
@@ -350,7 +350,10 @@ def diagnose(
         for p in procs:
             p.notes.append("py-spy: not on PATH")
     else:
-        _pyspy_round(pyspy, procs, True, deadline, cap)
+        # native dumps load every library's symbols (seconds for a torch process): they get
+        # 60 % of the time left, so that Python-only dumps still fit when they do not finish
+        native_by = time.monotonic() + 0.6 * max(0.0, deadline - time.monotonic())
+        _pyspy_round(pyspy, procs, True, native_by, cap)
         _pyspy_round(pyspy, [p for p in procs if not p.stack], False, deadline, cap)
     _faulthandler([p for p in procs if not p.stack], deadline, cap)
     device_text, tool = device()
