@@ -5,7 +5,7 @@ The server runs in a process group of its own (``start_new_session``), with its 
 ``<attempt output>/server/server.log`` and ``HARNESS_PERF_LOG`` naming
 ``<attempt output>/server/perf``. Start-up is the stage ``server.startup`` (seconds until
 ready), each request the stage ``server.request`` (as the client saw it). Readiness is polled
-with backoff (10 ms doubling to 100 ms); a server that exits first fails the attempt at once
+with backoff (10 ms doubling to 50 ms); a server that exits first fails the attempt at once
 with its exit code or signal and the last 200 lines of its log. On a timeout (not ready in time,
 a request without an answer) the server's tree is diagnosed before it is stopped
 (:mod:`harness.worker.hang_diagnosis`: every process's rank, stacks, CPU, log growth, under one
@@ -49,7 +49,7 @@ from harness.worker.hang_diagnosis import diagnose
 TAIL_LINES = 200
 BODY_CHARS = 2000
 _POLL_FIRST_S = 0.01
-_POLL_CAP_S = 0.1
+_POLL_CAP_S = 0.05  # a 200 is seen within 100 ms even with a slow poll (measured)
 _HOST = "127.0.0.1"
 
 
