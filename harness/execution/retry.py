@@ -3,6 +3,10 @@
 Only outcomes that say nothing about the code under test are retried: infrastructure errors
 (a download or HTTP failure, a refused connection), out-of-memory, timeouts. A failed quality
 check or assertion never is: retrying it until it passes is how regressions get in.
+
+A server case's readiness timeout (``ServerNotReady``) is not retried blindly: the platform
+policy's ``retry.readiness_timeout`` decides (:func:`readiness_decision`), and the attempt
+records why it was (``retried_because``) or was not (``not_retried``) retried.
 """
 
 from __future__ import annotations
@@ -199,6 +203,30 @@ def mark_infra(attempt: Attempt, cls: str | None, before: Attempt | None) -> Att
     )
 
 
+READINESS_TIMEOUT = "ServerNotReady"
+
+
+def readiness_decision(attempt: Attempt, policy: RetryPolicy, retryable: bool) -> Attempt:
+    """A readiness timeout with the policy's decision recorded: ``retried_because`` when it
+    earns its one retry (``once_if_logs_growing``, the first try, some process's log still
+    growing at the deadline, and the case's retries allow one), else ``not_retried``."""
+    rule = f"platform policy retry.readiness_timeout = {policy.readiness}"
+    hang = attempt.hang
+    if policy.readiness.split()[0] == "never":
+        why = "a readiness timeout is never retried"
+    elif attempt.retry >= 1:
+        why = "a readiness timeout is retried at most once"
+    elif hang is None:
+        why = "no hang diagnosis says the server was still making progress"
+    elif not hang.logs_growing:
+        why = f"the server looked stuck: {hang.growth_text()}"
+    elif not retryable:
+        why = f"its logs were growing, but the case allows no retry (retries = {policy.retries})"
+    else:
+        return replace(attempt, retried_because=f"retried: {hang.growth_text()} ({rule})")
+    return replace(attempt, not_retried=f"not retried: {why} ({rule})")
+
+
 def with_retries(
     run_once: Callable[[int], Attempt],
     *,
@@ -222,6 +250,8 @@ def with_retries(
         cls = retry_class(attempt, policy) if attempt.status != "passed" else None
         retryable = cls is not None and cls in policy.retry_on and retry < policy.retries
         attempt = mark_infra(attempt, cls, previous_try(case_attempts) if retryable else None)
+        if cls == "timeout" and attempt.error and attempt.error.type == READINESS_TIMEOUT:
+            attempt = readiness_decision(attempt, policy, retryable)
         record(attempt)
         if cls is None or not retryable or attempt.not_retried or stop():
             return attempt

@@ -172,8 +172,8 @@ class Runner:
             if self.options.retries is not None
             else (case.retries if case.retries is not None else prof.retry.retries)
         )
-        patterns = self.executor.policy(item.platform).retry_patterns
-        return RetryPolicy(retries, prof.retry.retry_on, patterns)
+        pol = self.executor.policy(item.platform)
+        return RetryPolicy(retries, prof.retry.retry_on, pol.retry_patterns, pol.readiness_retry)
 
     # -- one unit, one case --------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from harness.model.exits import exit_status
+from harness.model.hang import HangDiagnosis
 from harness.model.infra import InfraFinding, infra_only, infrastructure_findings
 from harness.model.shard import INCOMPLETE_CAUSES, MergedShard, MissingCase, ShardInfo
 from harness.model.vocab import (
@@ -159,7 +160,17 @@ class CheckResult:
 
 # Attempt fields left out of the JSON when empty (newer, optional fields of the record).
 _OMIT_EMPTY = frozenset(
-    {"stage_device", "stage_memory", "stage_cpu", "stage_wait", "wait_s", "infra", "not_retried"}
+    {
+        "stage_device",
+        "stage_memory",
+        "stage_cpu",
+        "stage_wait",
+        "wait_s",
+        "infra",
+        "not_retried",
+        "retried_because",
+        "hang",
+    }
 )
 
 
@@ -205,6 +216,11 @@ class Attempt:
     # failure twice (...)"). Absent from the JSON when empty.
     infra: str = ""
     not_retried: str = ""
+    # Why this failed attempt was retried when a policy, not the failure's class alone, allowed
+    # it (a readiness timeout whose logs were still growing). Absent from the JSON when empty.
+    retried_because: str = ""
+    # A timeout's hang diagnosis (harness.model.hang), taken before the kill; absent when None.
+    hang: HangDiagnosis | None = None
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {}
@@ -214,7 +230,7 @@ class Attempt:
                 continue
             if f.name == "checks":
                 v = [c.to_json() for c in v]
-            elif f.name == "error":
+            elif f.name in ("error", "hang"):
                 v = v.to_json() if v is not None else None
             elif f.name == "metrics":
                 v = {k: json_number(x) for k, x in v.items()}
@@ -228,6 +244,7 @@ class Attempt:
         kw = {f.name: d[f.name] for f in fields(cls) if f.name in d}
         kw["checks"] = tuple(CheckResult.from_json(c) for c in d.get("checks", []))
         kw["error"] = ErrorInfo.from_json(d["error"]) if d.get("error") else None
+        kw["hang"] = HangDiagnosis.from_json(d["hang"]) if d.get("hang") else None
         kw["metrics"] = {k: number_from_json(v) for k, v in d.get("metrics", {}).items()}
         return cls(**kw)
 

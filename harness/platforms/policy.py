@@ -17,6 +17,7 @@ Settings (the file's comment says what each means)::
     timeouts.attempt_scale  multiplies a case's timeout_s
     timeouts.worker_start_s worker start-up limit
     retry.patterns          infrastructure error patterns (added to the profile's [retry])
+    retry.readiness_timeout "never" | "once_if_logs_growing" (a server not ready in time)
 
 Example::
 
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
 DEFAULTS_PATH = Path(__file__).with_name("policy.toml")
 OnFail = Literal["fail", "warn", "skip"]
 ON_FAIL: tuple[str, ...] = ("fail", "warn", "skip")
+# What a server case's readiness timeout earns (harness.execution.retry.readiness_decision).
+READINESS_RETRY: tuple[str, ...] = ("never", "once_if_logs_growing")
 DEFAULT = "default"
 _CLASS = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 MAX_SCALE = 100.0
@@ -135,8 +138,15 @@ def _timeouts(path: str, key: str, table: Mapping[str, Any]) -> dict[str, Any]:
 def _retry(path: str, key: str, table: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in table.items():
+        if k == "readiness_timeout":
+            if v not in READINESS_RETRY:
+                raise _bad(path, f"{key}.{k}", v, 'one of "never", "once_if_logs_growing"')
+            out[k] = v
+            continue
         if k != "patterns":
-            raise ProfileError(f"{path}: unknown key '{key}.{k}' (known: patterns)")
+            raise ProfileError(
+                f"{path}: unknown key '{key}.{k}' (known: patterns, readiness_timeout)"
+            )
         pats = _strings(path, f"{key}.{k}", v)
         for pat in pats:
             try:
@@ -210,6 +220,7 @@ _REQUIRED = (
     "timeouts.attempt_scale",
     "timeouts.worker_start_s",
     "retry.patterns",
+    "retry.readiness_timeout",
 )
 
 
@@ -270,6 +281,13 @@ class Policy:
     @property
     def retry_patterns(self) -> tuple[str, ...]:
         return tuple(self.value("retry.patterns"))
+
+    @property
+    def readiness_retry(self) -> str:
+        """``retry.readiness_timeout`` with the rule that decided it, e.g.
+        ``once_if_logs_growing (harness default)``."""
+        d = self.decisions["retry.readiness_timeout"]
+        return f"{d.value} ({d.rule})"
 
     def reference_chain(self, runner_class: str | None) -> tuple[str, ...]:
         """Where references are looked up: the runner class (when it is of this platform),
@@ -393,6 +411,7 @@ def describe(profile: Profile, platform: str | None = None) -> list[str]:
 __all__ = [
     "DEFAULTS_PATH",
     "ON_FAIL",
+    "READINESS_RETRY",
     "Decision",
     "Policy",
     "apply_quality",

@@ -39,6 +39,9 @@ class RetryPolicy:
     retries: int = 1
     retry_on: tuple[str, ...] = ("infra", "oom", "timeout")
     patterns: tuple[str, ...] = ()
+    # The platform policy's retry.readiness_timeout and the rule that decided it:
+    # "once_if_logs_growing (harness default)" (harness.execution.retry.readiness_decision).
+    readiness: str = "once_if_logs_growing (harness default)"
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """A run page's case details as data: the tables a case shows when it is opened (checks,
-attempts and their errors, stage latencies, inputs, fingerprints, notes), as rows of display
-strings, drawn by the page's own script (``report.js``) with ``textContent`` only, so a string
-from a case is always text. Every string is stored once in a shared table and rows refer to it
-by number: a thousand cases repeat the same stage, tensor and check names thousands of times.
+attempts and their errors, a timeout's hang diagnosis, stage latencies, inputs, fingerprints,
+notes), as rows of display strings, drawn by the page's own script (``report.js``) with
+``textContent`` only, so a string from a case is always text. Every string is stored once in a
+shared table and rows refer to it by number: a thousand cases repeat the same stage, tensor and
+check names thousands of times.
 
 The whole is one ``<script type="application/json">`` block (data, never run) with ``<``, ``>``
 and ``&`` written as ``\\u003c``, ``\\u003e`` and ``\\u0026``, so no string can close the block.
@@ -93,6 +94,41 @@ def _error(a: Attempt, logs: Logs, s: Strings) -> list[Any] | None:
     return [s(e.type), s(e.message), s(e.signature), s(e.traceback), tails]
 
 
+def _hang(a: Attempt, s: Strings) -> list[Any]:
+    """title, device report, and per process: pid, rank, CPU %, log growing, last log line
+    (age), where, stack method, stack, why better methods were not used."""
+    d = a.hang
+    assert d is not None
+    retry = a.retried_because or a.not_retried
+    title = (
+        f"hang diagnosis, attempt #{a.index}: {d.trigger}, {len(d.processes)} process(es), "
+        f"captured in {d.seconds:.1f} s (deadline {d.deadline_s:g} s) before the kill"
+        + (f"; {retry}" if retry else "")
+        + (f"; {d.unfinished}" if d.unfinished else "")
+    )
+    device = f"device ({d.device_tool}): {d.device}" if d.device_tool else f"device: {d.device}"
+    rows = []
+    for p in d.processes:
+        age = f" ({p.last_line_age_s:.1f} s ago)" if p.last_line_age_s is not None else ""
+        growing = {None: "no log", False: "no"}.get(p.log_growing, f"yes (+{p.log_grew_bytes} B)")
+        rows.append(
+            s.row(
+                [
+                    str(p.pid),
+                    str(p.rank) if p.rank is not None else "?",
+                    f"{p.cpu_percent:g}" if p.cpu_percent is not None else "?",
+                    growing,
+                    (p.last_line + age) if p.last_line else "-",
+                    p.where or "-",
+                    p.stack_method,
+                    p.stack,
+                    p.stack_notes,
+                ]
+            )
+        )
+    return [s(title), s(device), rows]
+
+
 def case_detail(c: CaseResult, logs: Logs, s: Strings) -> dict[str, Any]:
     """What the page draws when case ``c`` is opened; empty tables are left out."""
     d: dict[str, Any] = {
@@ -134,6 +170,9 @@ def case_detail(c: CaseResult, logs: Logs, s: Strings) -> dict[str, Any]:
             ]
             for a in c.attempts
         ]
+    hangs = [_hang(a, s) for a in c.attempts if a.hang is not None]
+    if hangs:
+        d["hangs"] = hangs
     stage_names = list(dict.fromkeys(st for a in c.attempts for st in a.stages))
     if stage_names:
         d["stages"] = [

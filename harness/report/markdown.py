@@ -3,7 +3,8 @@
 It opens with a one-line verdict, then a table of the cases that need attention (failed, error,
 timeout, crashed, missing, budget declined, flaky, a warn-policy check, a pass only on a
 simulated platform) with the failing check's obtained value against its threshold and the first
-line of the error; every other case sits in a collapsed ``<details>`` table.
+line of the error; every timed-out attempt's hang diagnosis follows (:mod:`harness.report.
+hang_md`); every other case sits in a collapsed ``<details>`` table.
 
 Every string taken from a report goes through :func:`md_text` or :func:`md_code`: a case named
 ``<script>`` stays text, a ``|`` cannot split a cell, a line break cannot end a row. The whole
@@ -334,6 +335,21 @@ def _attention_row(kind: str, case: CaseResult) -> str:
     )
 
 
+def _hang_sections(doc: Budget, report: RunReport) -> None:
+    """Each timed-out attempt's hang diagnosis, whole or not at all (a cut fence would swallow
+    the rest of the summary)."""
+    from harness.report.hang_md import hang_attempts, hang_lines  # it imports this module
+
+    for case, attempt in hang_attempts(report.cases):
+        lines = list(hang_lines(case, attempt))
+        if doc.left_out or not doc.fits("\n".join(["", *lines])):
+            doc.left_out += 1
+            continue
+        doc.force("")
+        for line in lines:
+            doc.force(line)
+
+
 def summary_markdown(report: RunReport, *, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
     """``summary.md`` of a run, at most ``max_bytes`` of UTF-8."""
     doc = Budget(max_bytes)
@@ -368,6 +384,7 @@ def summary_markdown(report: RunReport, *, max_bytes: int = DEFAULT_MAX_BYTES) -
             row(["", "case", "status", "check", "obtained", "required", "first error"]),
             (_attention_row(kind, c) for kind, c in attention),
         )
+    _hang_sections(doc, report)
     needing = {id(c) for _, c in attention}
     rest = [c for c in report.cases if id(c) not in needing]
     if rest:

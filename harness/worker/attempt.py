@@ -26,11 +26,13 @@ from harness import platforms, probe
 from harness.checks import evaluate_attempt_checks
 from harness.errors import InfrastructureError
 from harness.model import Attempt, Case, ErrorInfo
+from harness.model.hang import HangDiagnosis
 from harness.model.infra import looks_like_infrastructure
 from harness.platforms.base import Identity
 from harness.platforms.policy import threshold_chain
 from harness.probe.clocks import perf_counter, process_time
 from harness.probe.sched import CLOCKS
+from harness.worker import hang_diagnosis
 from harness.worker.protocol import AttemptJob
 from harness.worker.server_case import ServerError, run_server_case
 
@@ -287,6 +289,7 @@ def run_attempt(job: AttemptJob) -> Attempt:
     rec = probe._begin(seed, platform, output_dir, device=stage_device(platform), info=job.identity)
     status = "passed"
     error: ErrorInfo | None = None
+    hang: HangDiagnosis | None = None
     pid = _getpid()
     # The attempt's run-queue delay, beside its duration (the threads listed afresh).
     threads = CLOCKS.sample(relist=True)
@@ -294,11 +297,12 @@ def run_attempt(job: AttemptJob) -> Attempt:
     t0 = perf_counter()
     try:
         if case.server is not None:
-            # Start-up gets at most what the attempt's limit leaves for the stop, so that a
-            # readiness timeout is this worker's report, not the manager's kill.
-            stop_s = case.server.stop_timeout_s
+            # Start-up gets at most what the attempt's limit leaves for a hang diagnosis and
+            # the stop, so that a readiness timeout is this worker's report, not the manager's
+            # kill.
+            stop_s = case.server.stop_timeout_s + hang_diagnosis.DEADLINE_S
             limit = max(case.timeout_s * 0.5, case.timeout_s - stop_s - 10.0)
-            run_server_case(case, output_dir, f"{case.id}-{job.index}", limit)
+            run_server_case(case, output_dir, f"{case.id}-{job.index}", limit, platform)
         elif case.command is not None:
             # The command gets most of the attempt's time, so that its own timeout is reported
             # by this worker (with what it printed) before the manager's deadline kills us.
@@ -330,6 +334,7 @@ def run_attempt(job: AttemptJob) -> Attempt:
     except ServerError as exc:
         status = exc.status
         error = ErrorInfo.make(exc.kind, str(exc), traceback.format_exc())
+        hang = exc.diagnosis
     except subprocess.TimeoutExpired as exc:
         status = "timeout"
         error = ErrorInfo.make("Timeout", f"command timed out: {exc}", traceback.format_exc())
@@ -404,4 +409,5 @@ def run_attempt(job: AttemptJob) -> Attempt:
         stage_cpu=dict(rec.stage_cpu),
         stage_wait=dict(rec.stage_wait),
         wait_s=wait_s,
+        hang=hang,
     )

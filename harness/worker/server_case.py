@@ -5,8 +5,11 @@ The server runs in a process group of its own (``start_new_session``), with its 
 ``<attempt output>/server/server.log`` and ``HARNESS_PERF_LOG`` naming
 ``<attempt output>/server/perf``. Start-up is the stage ``server.startup`` (seconds until
 ready), each request the stage ``server.request`` (as the client saw it). Readiness is polled
-with backoff (10 ms doubling to 100 ms); a server that exits first fails the attempt at once
-with its exit code or signal and the last 200 lines of its log. Stopping sends SIGTERM to the
+with backoff (10 ms doubling to 50 ms); a server that exits first fails the attempt at once
+with its exit code or signal and the last 200 lines of its log. On a timeout (not ready in time,
+a request without an answer) the server's tree is diagnosed before it is stopped
+(:mod:`harness.worker.hang_diagnosis`: every process's rank, stacks, CPU, log growth, under one
+10 s deadline); the record goes to the attempt (``Attempt.hang``). Stopping sends SIGTERM to the
 group, waits ``stop_timeout_s`` for every process of it to end, then SIGKILLs what is left and
 fails the attempt naming each such process: a server must not leave anything behind. (A daemon
 that left the group with ``setsid`` is still the worker's child, the worker being a subreaper,
@@ -39,23 +42,27 @@ from typing import Any
 
 from harness import probe
 from harness.model import Case
+from harness.model.hang import HangDiagnosis
 from harness.model.server import OutputSpec, RequestSpec, ServerSpec
+from harness.worker.hang_diagnosis import diagnose
 
 TAIL_LINES = 200
 BODY_CHARS = 2000
 _POLL_FIRST_S = 0.01
-_POLL_CAP_S = 0.1
+_POLL_CAP_S = 0.05  # a 200 is seen within 100 ms even with a slow poll (measured)
 _HOST = "127.0.0.1"
 
 
 class ServerError(Exception):
     """A server case's attempt did not pass: ``status`` is the attempt's status, ``kind`` the
-    error type recorded (``ServerExited``, ``ServerNotReady``, ``ServerRequestFailed``...)."""
+    error type recorded (``ServerExited``, ``ServerNotReady``, ``ServerRequestFailed``...),
+    ``diagnosis`` the hang diagnosis taken before the kill on a timeout."""
 
     def __init__(self, status: str, kind: str, message: str) -> None:
         super().__init__(message)
         self.status = status
         self.kind = kind
+        self.diagnosis: HangDiagnosis | None = None
 
 
 def free_port() -> int:
@@ -367,9 +374,24 @@ def record_perf_log(folder: Path, ids: Mapping[str, str]) -> None:
         )
 
 
-def run_server_case(case: Case, output_dir: Path | None, tag: str, limit_s: float) -> None:
+def diagnosis_summary(d: HangDiagnosis) -> str:
+    """One line per process for the error message: where each was, by rank."""
+    lines = [f"hang diagnosis ({d.seconds:.1f} s, before the kill):"]
+    for p in d.processes:
+        rank = f"rank {p.rank}" if p.rank is not None else "rank ?"
+        where = p.where or f"stack {p.stack_method}"
+        grow = {True: "log growing", False: "log not growing", None: "no log"}[p.log_growing]
+        cpu = f"{p.cpu_percent:g}% CPU" if p.cpu_percent is not None else "CPU ?"
+        lines.append(f"  pid {p.pid} ({rank}): {where}; {cpu}; {grow} [{p.stack_method}]")
+    return "\n".join(lines)
+
+
+def run_server_case(
+    case: Case, output_dir: Path | None, tag: str, limit_s: float, platform: str = "cpu"
+) -> None:
     """Run ``case`` (``kind = "server"``) once; ``tag`` names its requests, ``limit_s`` bounds
-    start-up. Raises :class:`ServerError` when it does not pass."""
+    start-up. Raises :class:`ServerError` when it does not pass; on a timeout (not ready in
+    time, a request without an answer) it carries the hang diagnosis taken before the kill."""
     spec = case.server
     assert spec is not None, "run_server_case needs a server case"
     base = output_dir if output_dir is not None else Path(tempfile.mkdtemp(prefix="harness-"))
@@ -397,6 +419,15 @@ def run_server_case(case: Case, output_dir: Path | None, tag: str, limit_s: floa
                 ids[rid] = prefix
                 answer = _send(client, server, port, i, req, rid)
                 _take_outputs(i, req, answer, prefix)
+    except ServerError as exc:
+        if exc.status == "timeout" and server.proc.poll() is None:
+            trigger = "readiness timeout" if exc.kind == "ServerNotReady" else "request timeout"
+            exc.diagnosis = diagnose(server.proc.pid, trigger=trigger, platform=platform)
+            exc.args = (f"{exc.args[0]}\n{diagnosis_summary(exc.diagnosis)}",)
+        left = server.stop(spec.stop_timeout_s)
+        if left:
+            probe.note("server.left_behind", _left_text(left, spec))
+        raise
     except BaseException:
         left = server.stop(spec.stop_timeout_s)
         if left:

@@ -12,6 +12,7 @@ import pytest
 
 from harness.errors import ReportFormatError
 from harness.model import STATUSES, Attempt, CaseResult, CheckResult, ErrorInfo, RunReport
+from harness.model.hang import HangDiagnosis, ProcessDiagnosis
 from harness.report.schema import load_report_schema, validate_report
 from harness.worker.envinfo import ENV_KEYS, collect_env
 
@@ -90,7 +91,21 @@ def doc() -> dict[str, Any]:
         status="error",
         checks=(),
         error=ErrorInfo("RuntimeError", "boom", "RuntimeError:x.py:3", "Traceback ..."),
-    )
+        not_retried="not retried: a readiness timeout is never retried",
+        hang=HangDiagnosis(
+            "readiness timeout", "2026-01-01T00:00:01Z", 1.5, 10.0, 1.0,
+            (
+                ProcessDiagnosis(
+                    7, 1, "python -m tinyav.serve", 0, "the started process", 0.0, "/s.log",
+                    False, 0, "loading", 2.5, "py-spy --native", "Thread 7\n", "", "f (a.py:1)",
+                ),
+                ProcessDiagnosis(
+                    8, 7, "rank", None, "", None, "", None, 0, "", None, "not available", "",
+                    "py-spy: not on PATH",
+                ),
+            ),
+        ),
+    )  # fmt: skip
     cases = (
         CaseResult(
             "t2va",
@@ -144,9 +159,13 @@ def test_schema_matches_model(doc: dict[str, Any]) -> None:
     defs = load_report_schema()["$defs"]
     assert set(load_report_schema()["required"]) == set(doc)
     assert set(defs["case"]["required"]) == set(doc["cases"][0])
-    assert set(defs["attempt"]["required"]) == set(doc["cases"][0]["attempts"][0])
+    # (the passed attempt: the failed one also carries the optional not_retried and hang)
+    assert set(defs["attempt"]["required"]) == set(doc["cases"][0]["attempts"][1])
     assert set(defs["check"]["required"]) == set(doc["cases"][0]["checks"][0])
     assert set(defs["error"]["required"]) == set(doc["cases"][0]["attempts"][0]["error"])
+    hang = doc["cases"][0]["attempts"][0]["hang"]
+    assert set(defs["hang"]["required"]) == set(hang)
+    assert set(defs["hang_process"]["required"]) == set(hang["processes"][0])
     assert defs["case_status"]["enum"] == list(STATUSES)
     assert set(defs["env"]["required"]) == set(ENV_KEYS)
 
@@ -181,6 +200,10 @@ def test_schema_matches_model(doc: dict[str, Any]) -> None:
         (
             lambda d: d["cases"][0]["attempts"][1]["outputs"]["video"].pop("hash"),
             "$.cases[0].attempts[1].outputs.video.hash",
+        ),
+        (
+            lambda d: d["cases"][0]["attempts"][0]["hang"]["processes"][1].update(rank=-1),
+            "$.cases[0].attempts[0].hang.processes[1].rank",
         ),
         (lambda d: d["env"].pop("git"), "$.env.git"),
         (lambda d: d["summary"].update(passed=-1), "$.summary.passed"),

@@ -89,6 +89,22 @@ def test_retry_patterns_of_the_profile_add_to_the_platform_default(tmp_path: Pat
     assert hip.decisions["retry.patterns"].rule == "runner r [retry] + platform hip default"
 
 
+def test_readiness_timeout_retry_is_decided_by_policy_with_its_rule(tmp_path: Path) -> None:
+    assert policy.resolve("cuda").readiness_retry == "once_if_logs_growing (harness default)"
+    path = profile_file(
+        tmp_path,
+        """
+        name = "no-second-chance"
+        platform = "npu"
+        [policy.retry]
+        readiness_timeout = "never"
+        """,
+    )
+    assert policy.resolve("npu", load_profile(path)).readiness_retry == (
+        "never (runner no-second-chance)"
+    )
+
+
 def test_the_shipped_runner_profiles_resolve_as_their_hardware_demands() -> None:
     h100 = resolve_profile("h100", RUNNERS)
     mi300x = resolve_profile("mi300x", RUNNERS)
@@ -180,6 +196,10 @@ def test_describe_prints_every_setting_with_its_rule_and_file() -> None:
         ('[policy.references]\nfallback = ["../up"]', "key 'policy.references.fallback'"),
         ("[policy.timeouts]\nattempt_scale = 0", "key 'policy.timeouts.attempt_scale' = 0"),
         ('[policy.retry]\npatterns = ["(unclosed"]', "key 'policy.retry.patterns' = '(unclosed'"),
+        (
+            '[policy.retry]\nreadiness_timeout = "always"',
+            "key 'policy.retry.readiness_timeout' = 'always': expected one of \"never\"",
+        ),
         ('policy = "strict"', "key 'policy' = 'strict': expected a table"),
         ('arch = "gfx 942"', "key 'arch' = 'gfx 942'"),
         ("arch = 942", "key 'arch' = 942"),

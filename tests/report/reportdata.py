@@ -22,11 +22,44 @@ from harness.model import (
     SideInfo,
     StageLatency,
 )
+from harness.model.hang import HangDiagnosis, ProcessDiagnosis
 
 
 def attempt(case_id: str, status: str, message: str = "", index: int = 0) -> Attempt:
     error = ErrorInfo.make("ValueError", message) if message else None
     return Attempt(case_id, "cpu", index, status, 0, error=error, duration_s=0.25)  # type: ignore[arg-type]
+
+
+def rank_process(rank: int, where: str, growing: bool) -> ProcessDiagnosis:
+    stack = (
+        f'Thread {100 + rank} (idle): "MainThread"\n    {where} (serve.py:{40 + rank})\n'
+        "    main (serve.py:9)\n    <script>alert(5)</script> (evil.py:1)\n"
+    )
+    return ProcessDiagnosis(
+        pid=100 + rank, ppid=99 + rank, command=f"python -m tinyav.serve rank {rank}",
+        rank=rank, rank_source="RANK in its environment", cpu_percent=99.5 if rank else 0.0,
+        log=f"/runs/r/server/rank{rank}.log", log_growing=growing,
+        log_grew_bytes=40 if growing else 0, last_line=f"rank {rank}: tile 3 | decode <b>",
+        last_line_age_s=1.25, stack_method="py-spy --native", stack=stack,
+        where=f"{where} (serve.py:{40 + rank})",
+    )  # fmt: skip
+
+
+def hang_case() -> CaseResult:
+    """A two-rank server that was not ready in time: rank 0 waits in the collective rank 1
+    never joined, and its hang diagnosis (markup in its stacks and log lines)."""
+    hang = HangDiagnosis(
+        trigger="readiness timeout", captured_at="2026-12-01T10:01:00+00:00", seconds=1.6,
+        deadline_s=10.0, window_s=1.0,
+        processes=(rank_process(0, "all_reduce", False), rank_process(1, "decode_tile", True)),
+        device="not available here",
+    )  # fmt: skip
+    error = ErrorInfo.make("ServerNotReady", "the server was not ready within 2 s")
+    not_ready = Attempt(
+        "tp2-hang", "cpu", 0, "timeout", 0, error=error, duration_s=4.0, hang=hang,
+        not_retried="not retried: a readiness timeout is never retried (platform policy)",
+    )  # fmt: skip
+    return case("tp2-hang", "timeout", attempts=(not_ready,), kind="server")
 
 
 def case(

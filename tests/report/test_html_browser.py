@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from reportdata import hang_case
 from reportruns import INJECTION, Reports, injection_case
 
 from harness.model import Attempt, CaseResult, RunReport
@@ -236,3 +237,25 @@ def test_a_case_is_drawn_when_it_is_opened(browser: Any, tmp_path: Path) -> None
     q3.locator("summary").first.click()
     assert q3.locator("div.detail").count() == 1
     watch.assert_clean()
+
+
+def test_a_two_rank_hang_shows_both_ranks_stacks_and_log_tails(
+    browser: Any, tmp_path: Path
+) -> None:
+    report = RunReport("hang", "2026-01-01T00:00:00+00:00", "2026-01-01T00:01:00+00:00",
+                       ("harness", "run"), "cpu", {}, cases=(hang_case(),))  # fmt: skip
+    page, watch = open_page(browser, write_run_html(report, tmp_path))
+    hang = page.locator("table.hang")  # the failed case is open, its diagnosis unfolded
+    assert hang.locator("tbody tr").count() == 2
+    rank1 = hang.locator("tbody tr").nth(1)
+    assert rank1.locator("td").nth(1).inner_text() == "1"
+    assert rank1.locator("td").nth(4).inner_text() == "rank 1: tile 3 | decode <b> (1.2 s ago)"
+    assert rank1.locator("td").nth(5).inner_text() == "decode_tile (serve.py:41)"
+    rank1.locator("summary", has_text="py-spy --native").click()
+    stack = rank1.locator("pre").inner_text()
+    assert "decode_tile (serve.py:41)" in stack and "<script>alert(5)</script>" in stack
+    title = page.locator("details > summary", has_text="hang diagnosis, attempt #0")
+    assert "readiness timeout, 2 process(es)" in title.inner_text()
+    assert page.locator("pre.device").inner_text() == "device: not available here"
+    screenshot(page, tmp_path, "hang-report.png")
+    watch.assert_clean()  # nothing ran but the page's own script (CSP), no alert

@@ -9,6 +9,7 @@ from reportdata import (
     case_comparison,
     check,
     comparison,
+    hang_case,
     html,
     regression,
     report,
@@ -195,3 +196,25 @@ def test_comparison_escapes_names_and_reasons_and_keeps_under_its_limit() -> Non
     many = comparison(*(regression(f"c{i:04d}-{'x' * 60}") for i in range(5000)))
     big = comparison_markdown(many)
     assert len(big.encode()) < STEP_SUMMARY_LIMIT and "**Truncated:**" in big
+
+
+def test_a_hang_diagnosis_shows_every_rank_its_log_and_its_stacks() -> None:
+    md = summary_markdown(report(case("ok"), hang_case()))
+    assert (
+        "**Hang diagnosis** of `server/tp2-hang[cpu]` attempt #0: readiness timeout, captured "
+        "in 1.6 s (deadline 10 s) before the kill; not retried: a readiness timeout is never "
+        "retried (platform policy)"
+    ) in md
+    rows = table_rows(md)
+    start = rows.index(["pid", "rank", "CPU %", "log growing", "last log line", "stuck in",
+                        "stacks by"])  # fmt: skip
+    rank0, rank1 = rows[start + 1 : start + 3]
+    assert rank0[:4] == ["100", "0", "0", "no"]
+    assert rank1[:4] == ["101", "1", "99.5", "yes (+40 B)"]
+    # the log line stays one cell and text, with its age
+    assert rank1[4] == "`rank 1: tile 3 | decode <b>` (1.2 s ago)"
+    assert rank0[5] == "`all_reduce (serve.py:40)`"
+    # the stacks, folded, as fenced text; markup in them stays text
+    assert "<details><summary>stacks of 2 process(es), device</summary>" in md
+    assert '```text\nThread 101 (idle): "MainThread"\n    decode_tile (serve.py:41)' in md
+    assert "<script>" not in html(md)

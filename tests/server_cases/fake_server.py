@@ -5,12 +5,17 @@ detail, ``badjson`` a 200 whose body is not JSON, ``ok`` a 200 with a base64 tex
 MODE ``daemon`` answers as ``ok`` and starts, in the server's process group, a child that ignores
 SIGTERM (its pid written to the file named by ``FAKE_CHILD_PID``): a server that leaves a
 process behind. MODE ``taken`` finds its port already taken (it holds it itself) and fails to
-bind, as a server does when another process got the port first. SIGTERM ends the server.
+bind, as a server does when another process got the port first. MODE ``stuck`` never becomes
+ready: it starts a "rank 1" (this script in MODE ``rank1``, ``RANK=1`` in its environment) that
+waits in ``stuck_in_collective()``, and itself loops in ``stuck_in_warmup()``. MODE ``hang``
+is ready but never answers a POST (it loops in ``stuck_in_request()``). SIGTERM ends the
+server; SIGUSR1 dumps every thread's stack to stderr (faulthandler), as tinyav.serve does.
 """
 
 from __future__ import annotations
 
 import base64
+import faulthandler
 import http.server
 import json
 import os
@@ -18,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from typing import Any
 
 port, mode = int(sys.argv[1]), sys.argv[2]
@@ -33,6 +39,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if mode == "hang":
+            stuck_in_request()
         if mode == "500":
             self.answer(500, b'{"detail": "kaboom: the engine fell over"}')
         elif mode == "badjson":
@@ -52,7 +60,31 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
+def stuck_in_warmup() -> None:
+    while True:
+        time.sleep(0.05)
+
+
+def stuck_in_collective() -> None:
+    while True:
+        time.sleep(0.05)
+
+
+def stuck_in_request() -> None:
+    while True:
+        time.sleep(0.05)
+
+
 def main() -> None:
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    if mode == "rank1":
+        stuck_in_collective()
+    if mode == "stuck":
+        env = dict(os.environ, RANK="1")
+        subprocess.Popen([sys.executable, __file__, str(port), "rank1"], env=env)
+        print("warming up", flush=True)
+        stuck_in_warmup()
     if mode == "daemon":
         child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE)
         # ready only once the child ignores SIGTERM: on a loaded machine the stop's SIGTERM
@@ -65,7 +97,6 @@ def main() -> None:
         holder.bind(("127.0.0.1", port))
         holder.listen()
     server = http.server.HTTPServer(("127.0.0.1", port), Handler)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     print(f"fake server ready on {port}", flush=True)
     server.serve_forever()
 

@@ -146,6 +146,21 @@
         return false;
       }));
     }
+    (d.hangs || []).forEach(function (h) {
+      var box = el("div", "hang");
+      box.appendChild(makeTable("hang", ["pid", "rank", "CPU %", "log growing", "last log line", "stuck in", "stacks"], h[2].map(function (p) {
+        return [p[0], p[1], p[2], p[3], p[4], p[5], [p[6], p[7], p[8]]];
+      }), function (td, v, j) {
+        if (j !== 6) { return false; }
+        var title = str(v[0]) + (str(v[2]) ? " (" + str(v[2]) + ")" : "");
+        td.appendChild(folded(title, el("pre", null, str(v[1]) || "(no stack)")));
+        return true;
+      }));
+      box.appendChild(el("pre", "device", str(h[1])));
+      var fold = folded(str(h[0]), box);
+      fold.open = true;
+      out.push(fold);
+    });
     if (d.stages) {
       var heads = ["stage"].concat(d.attempts.map(function (a) { return "#" + str(a[0]); }));
       out.push(folded("stage latencies (" + d.stages.length + " stages)", makeTable("stages", heads, d.stages)));

@@ -9,13 +9,15 @@ When rank 0's weights are loaded ``/health`` answers 200 and one line is logged:
 
 SIGTERM or SIGINT shuts down gracefully: uvicorn finishes the requests in flight, rank 0
 tells the other ranks to stop, waits for them (killing any that do not exit) and exits 0. A
-second signal exits at once. A rank that dies, a port that cannot be bound or a load that
-fails ends the server with exit code 1 and a line saying why.
+second signal exits at once. SIGUSR1 writes every thread's stack to stderr (faulthandler). A
+rank that dies, a port that cannot be bound or a load that fails ends the server with exit
+code 1 and a line saying why.
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
 import signal
 import subprocess
@@ -83,6 +85,9 @@ def _spawn_rank(rank: int, info: RankInfo, ckpt: Path, platform: str) -> subproc
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # every thread's stack to stderr on SIGUSR1: a harness without py-spy can still see a hang
+    if hasattr(signal, "SIGUSR1"):  # not on Windows
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     from tinyav.scenarios._common import init_torch
 
     init_torch()

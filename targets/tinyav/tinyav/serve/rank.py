@@ -5,11 +5,13 @@ A rank joins the group named by ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and
 broadcasts until rank 0 says stop. It ignores SIGINT and SIGTERM (a terminal's Ctrl-C or a
 process-group SIGTERM reaches every rank; rank 0 decides when the others stop, after the
 request in flight), and on Linux it dies with its parent, so it is never left behind.
+SIGUSR1 writes every thread's stack to stderr (faulthandler), as rank 0 does.
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import signal
 import sys
 from pathlib import Path
@@ -32,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # every thread's stack to stderr on SIGUSR1: a harness without py-spy can still see a hang
+    if hasattr(signal, "SIGUSR1"):  # not on Windows
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     _die_with_parent()
     from tinyav.scenarios._common import init_torch
     from tinyav.serve.distributed import RankInfo
