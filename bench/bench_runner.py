@@ -86,8 +86,20 @@ def run_harness_cli(root: Path) -> float:
     return time.perf_counter() - t0
 
 
-def harness_overhead(root: Path) -> tuple[float, float, float, int]:
-    """In-process run: wall, one worker start, per-attempt overhead (s), attempts."""
+def _process_cpu(pid: int) -> float | None:
+    """CPU seconds (user + system) a live process has used so far; None off Linux."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def harness_overhead(root: Path) -> tuple[float, float, float, int, float | None]:
+    """In-process run: wall, one worker start, per-attempt overhead (s), attempts, and the CPU
+    seconds per attempt of the manager and the worker together after the first case (None off
+    Linux): on a loaded machine wall time measures the queue for the CPUs more than the
+    harness, CPU time does not."""
     from harness.cases import load_suite
     from harness.cases.plan import build_plan
     from harness.execution.run import Runner, RunOptions
@@ -101,8 +113,17 @@ def harness_overhead(root: Path) -> tuple[float, float, float, int]:
             cwd=str(root),
         )
     )
+    items = build_plan(suite.cases, ["cpu"])
     t0 = time.perf_counter()
-    runner.run_plan(build_plan(suite.cases, ["cpu"]))
+    # The first case starts the worker and probes its environment (the fixed cost); the CPU
+    # figure is read over the others.
+    runner.run_plan(items[:1])
+    workers = list(runner.pool._workers.values())
+    cpu0 = [_process_cpu(w.pid) for w in workers]
+    c0 = time.process_time()
+    runner.run_plan(items[1:])
+    manager_cpu = time.process_time() - c0
+    cpu1 = [_process_cpu(w.pid) for w in workers]
     report = runner.finish()
     wall = time.perf_counter() - t0
     attempts = [a for c in report.cases for a in c.attempts]
@@ -111,7 +132,12 @@ def harness_overhead(root: Path) -> tuple[float, float, float, int]:
     # One worker start and one environment probe per run are the fixed cost; the rest of the
     # wall time beyond the cases' own work is the per-attempt overhead.
     startup = runner.pool.start_seconds + runner.executor.env_seconds
-    return wall, startup, (wall - startup - work) / len(attempts), len(attempts)
+    later = sum(len(c.attempts) for c in report.cases[1:])
+    cpu = None
+    if workers and None not in cpu0 and None not in cpu1 and later:
+        worker_cpu = sum(b - a for a, b in zip(cpu0, cpu1, strict=True))  # type: ignore[operator]
+        cpu = (manager_cpu + worker_cpu) / later
+    return wall, startup, (wall - startup - work) / len(attempts), len(attempts), cpu
 
 
 def run_pytest_per_attempt(root: Path, n_cases: int, repeats: int) -> tuple[float, list[float]]:
@@ -153,11 +179,16 @@ def main() -> None:
         print(f"{n_cases} cases x {repeats} repeats = {n} attempts of a case that imports torch")
         wall_a = run_harness_cli(root)
         print(f"(a) harness run (CLI, end to end):           {wall_a:8.2f} s")
-        wall_in, startup, overhead, n_att = harness_overhead(root)
+        wall_in, startup, overhead, n_att, cpu = harness_overhead(root)
         print(
             f"    in-process runner: {wall_in:.2f} s wall, worker start {startup:.2f} s, "
             f"overhead {overhead * 1000:.2f} ms/attempt over {n_att} attempts"
         )
+        if cpu is not None:
+            print(
+                f"    CPU per attempt after the first case (manager + worker, the case's own "
+                f"work included): {cpu * 1000:.2f} ms; 1-min load {os.getloadavg()[0]:.2f}"
+            )
         wall_b, each = run_pytest_per_attempt(root, n_cases, repeats)
         print(
             f"(b) one python -m pytest per attempt:       {wall_b:8.2f} s "

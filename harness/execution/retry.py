@@ -72,22 +72,32 @@ CGROUP_OOM_FILES: tuple[str, ...] = (
 OOM_EVIDENCE = "out of memory: the memory cgroup's oom_kill counter rose"
 
 
-_readable: dict[tuple[str, ...], tuple[str, ...]] = {}
+_open: dict[tuple[str, ...], tuple[int, ...]] = {}
 
 
 def oom_kill_count(files: Sequence[str] = CGROUP_OOM_FILES) -> int | None:
-    """The memory cgroup's OOM-kill counter, or None where no cgroup file says it (the files
-    that do not exist are looked for once a process: this runs twice an attempt)."""
+    """The memory cgroup's OOM-kill counter, or None where no cgroup file says it.
+
+    The files that exist are opened once a process and read again from offset 0 (a cgroup file
+    is generated afresh at each read): this runs before every attempt, and opening the file
+    each time was ~45 us of a trivial attempt against ~2 us for the read."""
     names = tuple(files)
-    if names not in _readable:
-        _readable[names] = tuple(f for f in names if os.path.exists(f))
-    for name in _readable[names]:
+    fds = _open.get(names)
+    if fds is None:
+        opened = []
+        for name in names:
+            try:
+                opened.append(os.open(name, os.O_RDONLY | os.O_CLOEXEC))
+            except OSError:
+                continue
+        fds = _open[names] = tuple(opened)
+    for fd in fds:
         try:
-            with open(name, encoding="ascii") as f:
-                for line in f:
-                    key, _, value = line.partition(" ")
-                    if key == "oom_kill":
-                        return int(value)
+            text = os.pread(fd, 4096, 0).decode("ascii")
+            for line in text.splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
         except (OSError, ValueError):
             continue
     return None

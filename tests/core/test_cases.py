@@ -159,3 +159,19 @@ def test_duplicate_id_names_both_files_and_the_rest_still_loads(tmp_path: Path) 
 def test_missing_path_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(CaseFileError, match="no such file or folder"):
         load_suite([tmp_path / "nope"])
+
+
+def test_case_to_json_is_asdict_of_every_bundled_case() -> None:
+    # case_to_json converts without dataclasses.asdict's deep copies; the JSON must not change
+    import dataclasses
+
+    from harness.cases import load_suite
+
+    suite = load_suite([Path(__file__).resolve().parents[2] / "cases"])
+    assert suite.cases and any(c.server is not None for c in suite.cases)
+    for case in suite.cases:
+        want = dataclasses.asdict(case)
+        want["platforms"] = case.platforms if case.platforms == "any" else list(case.platforms)
+        got = case_to_json(case)
+        assert got == want and repr(got) == repr(want), case.id
+        assert case_from_json(got) == case
