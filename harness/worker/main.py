@@ -187,14 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-#: How many attempts in a row may end with a young-generation collection before a full one.
-FULL_COLLECT_EVERY = 16
-_light_collections = 0
-_old_collections = (-1, -1)  # the collector's gen-1 and gen-2 counts after our last collection
-
-
 def _collect_garbage(*, imported: bool) -> None:
-    """A collection after each attempt, before its state is restored and its reply is
+    """A full collection after each attempt, before its state is restored and its reply is
     sent (so that what finalizers change is put back like the target's own changes; the
     stages were timed already). Targets leave reference
     cycles behind (a diffusers pipeline's modules are one: ~220 of them per build), which only
@@ -203,34 +197,16 @@ def _collect_garbage(*, imported: bool) -> None:
     cases before it; here it runs outside every attempt and walks only the last attempt's
     leftovers (the start-up heap is frozen by :func:`_settle_heap`).
 
-    Young generations only (``gc.collect(1)``) where that frees everything the attempt left:
-    when no collection of generation 1 or 2 ran since our last one (the collector's own or the
-    target's ``gc.collect()``), nothing the attempt allocated can have reached the oldest
-    generation. A full collection also empties the interpreter's free lists, which a cheap
-    attempt then refills: 0.1-0.4 ms an attempt for nothing (``bench/bench_run_scale.py``).
-    Every :data:`FULL_COLLECT_EVERY` attempts it is full anyway, so garbage that an attempt
-    makes of what earlier attempts left alive (already in the oldest generation) is freed
-    within that many attempts, between attempts, never inside one.
-
     An attempt that ``imported`` modules (a target's first, which imports its stack) is
     followed by :func:`_settle_heap` instead: diffusers and transformers bring ~260,000
     objects, and walking them made every later collection take 160-230 ms. The freeze also
     keeps what that attempt left alive besides its imports (caches it filled) out of the
     collector's reach for good, so a cycle among those that dies later is never freed; other
     attempts' leftovers are not frozen, as what an attempt leaves alive may die later."""
-    global _light_collections, _old_collections
-    stats = gc.get_stats()
-    old = (stats[1]["collections"], stats[2]["collections"])
     if imported:
         _settle_heap()
-    elif old == _old_collections and _light_collections < FULL_COLLECT_EVERY:
-        gc.collect(1)
-        _light_collections += 1
     else:
         gc.collect()
-        _light_collections = 0
-    stats = gc.get_stats()
-    _old_collections = (stats[1]["collections"], stats[2]["collections"])
 
 
 def _settle_heap() -> None:
@@ -238,10 +214,8 @@ def _settle_heap() -> None:
     imported), so that the cyclic collector never walks it again. A full collection with torch
     loaded takes ~0.1 s; one that lands inside an attempt is timed as that case's latency and
     paid for garbage the cases before it left. Runs between attempts only."""
-    global _light_collections
     gc.collect()
     gc.freeze()
-    _light_collections = 0
 
 
 def _die_with_parent() -> None:
