@@ -20,7 +20,7 @@ from harness.compare.failures import failure_matrix, settled_by_failures
 from harness.compare.latency import LatencySettings, case_verdict, confirm, decide_stages
 from harness.compare.sequential import CaseProgress, plan_rounds
 from harness.execution.paired import PairedRunner
-from harness.model import StageLatency
+from harness.model import Side, StageLatency
 
 
 @dataclass
@@ -98,6 +98,9 @@ class Session:
                     s.verdict = None
             for k in range(max(grants.values())):
                 batch = [self.states[n] for n, g in grants.items() if g > k]
+                batch = [s for s in batch if not s.settled]
+                if not batch:
+                    break
                 t0 = time.monotonic()
                 if self.runner.run_rounds([s.item for s in batch], 1) == 0:
                     return
@@ -105,8 +108,18 @@ class Session:
                 r = self.runner.next_round - 1
                 for s in batch:
                     (s.fresh if s.confirming else s.detect).append(r)
+                    if self._skipped(s):
+                        self._look(s)  # a skip is the same in every round: settled now
             for n in grants:
-                self._look(self.states[n])
+                if not self.states[n].settled:
+                    self._look(self.states[n])
+
+    def _skipped(self, s: CaseState) -> bool:
+        """Whether a side skipped the case (a ``requires`` module its Python cannot import, a
+        platform it does not have): decided by the side's checkout and environment, so the
+        same in every round; more rounds, each in fresh workers, cannot change it."""
+        sides: tuple[Side, ...] = ("base", "head")
+        return any(self.runner.result(side, s.item).status == "skipped" for side in sides)
 
     def _look(self, s: CaseState) -> None:
         base = self.runner.side_attempts("base", s.item)

@@ -117,6 +117,9 @@ def test_nothing_ran_exits_5(toy: dict[str, Path]) -> None:
     code, doc, out = compare(toy, "planted", path, run_id="never-only")
     assert doc is not None and [c["verdict"] for c in doc["cases"]] == ["skipped"]
     assert code == 5, out[-3000:]
+    # a skip is decided by the side's checkout and environment: one round, not three, each
+    # in a fresh pair of workers
+    assert doc["cases"][0]["rounds"] == 1, out[-3000:]
     assert json.loads((toy["runs"] / "never-only" / "comparison.json").read_text())
 
 
