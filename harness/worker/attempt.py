@@ -28,12 +28,14 @@ from harness.errors import InfrastructureError
 from harness.model import Attempt, Case, ErrorInfo
 from harness.model.hang import HangDiagnosis
 from harness.model.infra import looks_like_infrastructure
+from harness.model.ranks import Consistency, RanksRecord
 from harness.platforms.base import Identity
 from harness.platforms.policy import threshold_chain
 from harness.probe.clocks import perf_counter, process_time
 from harness.probe.sched import CLOCKS
 from harness.worker import hang_diagnosis
 from harness.worker.protocol import AttemptJob
+from harness.worker.ranks_case import RanksError, consistency_check, ranks_limits, run_ranks_case
 from harness.worker.server_case import ServerError, run_server_case
 
 # Captured at import: a target that replaces os.getpid must not fool the worker's own checks.
@@ -290,6 +292,8 @@ def run_attempt(job: AttemptJob) -> Attempt:
     status = "passed"
     error: ErrorInfo | None = None
     hang: HangDiagnosis | None = None
+    ranks: RanksRecord | None = None
+    consistency: Consistency | None = None
     pid = _getpid()
     # The attempt's run-queue delay, beside its duration (the threads listed afresh).
     threads = CLOCKS.sample(relist=True)
@@ -303,6 +307,17 @@ def run_attempt(job: AttemptJob) -> Attempt:
             stop_s = case.server.stop_timeout_s + hang_diagnosis.DEADLINE_S
             limit = max(case.timeout_s * 0.5, case.timeout_s - stop_s - 10.0)
             run_server_case(case, output_dir, f"{case.id}-{job.index}", limit, platform)
+        elif case.ranks > 1:
+            limit, diagnosis_s = ranks_limits(case.timeout_s)
+            ranks, consistency = run_ranks_case(
+                case,
+                output_dir,
+                limit,
+                seed=seed,
+                platform=platform,
+                identity=job.identity,
+                diagnosis_s=diagnosis_s,
+            )
         elif case.command is not None:
             # The command gets most of the attempt's time, so that its own timeout is reported
             # by this worker (with what it printed) before the manager's deadline kills us.
@@ -335,6 +350,10 @@ def run_attempt(job: AttemptJob) -> Attempt:
         status = exc.status
         error = ErrorInfo.make(exc.kind, str(exc), traceback.format_exc())
         hang = exc.diagnosis
+    except RanksError as exc:
+        status = exc.status
+        error = ErrorInfo.make(exc.kind, str(exc), traceback.format_exc())
+        hang, ranks = exc.diagnosis, exc.record
     except subprocess.TimeoutExpired as exc:
         status = "timeout"
         error = ErrorInfo.make("Timeout", f"command timed out: {exc}", traceback.format_exc())
@@ -365,6 +384,8 @@ def run_attempt(job: AttemptJob) -> Attempt:
         threshold_chain=threshold_chain(job.platform_chain, identity),
         simulated=identity.reason if identity is not None and identity.simulated else None,
     )
+    if consistency is not None:
+        checks = [*checks, consistency_check(consistency)]
     if status == "passed" and any(c.blocking for c in checks):
         status = "failed"
         failed = [
@@ -410,4 +431,5 @@ def run_attempt(job: AttemptJob) -> Attempt:
         stage_wait=dict(rec.stage_wait),
         wait_s=wait_s,
         hang=hang,
+        ranks=ranks,
     )
