@@ -32,7 +32,7 @@ def _die_with_parent() -> None:
 def _run(job: dict[str, Any]) -> dict[str, Any]:
     from harness import probe
     from harness.model import case_from_json
-    from harness.worker.attempt import resolve_target, seed_everything, stage_device
+    from harness.worker.target import resolve_target, seed_everything, stage_device
 
     case = case_from_json(job["case"])
     out = Path(job["output_dir"]) if job.get("output_dir") else None

@@ -50,7 +50,7 @@ from harness.worker.server_case import (
 )
 
 FAILED_GRACE_S = 5.0
-STOP_GRACE_S = 2.0
+STOP_GRACE_S = 1.0
 _HOST = "127.0.0.1"
 
 
@@ -137,7 +137,7 @@ class Ranks:
             job_file = folder / f"rank{rank}.job.json"
             job_file.write_text(json.dumps(job), encoding="utf-8")
             argv = [sys.executable, "-m", "harness.worker.rank_main", str(job_file)]
-            group = {"start_new_session": True} if rank == 0 else {"process_group": self.pgid}
+            group = {"process_group": 0 if rank == 0 else self.pgid}
             with self.logs[rank].open("wb") as fh:
                 self.procs.append(
                     subprocess.Popen(
@@ -174,8 +174,11 @@ class Ranks:
             time.sleep(0.02)
 
     def exits(self) -> dict[str, str]:
+        """rank -> ``exit 0``, ``killed by signal SIGKILL`` or ``running at the kill``."""
         return {
-            str(r): "running at the kill" if p.poll() is None else exit_text(p.returncode)
+            str(r): "running at the kill"
+            if p.poll() is None
+            else exit_text(p.returncode).replace("with exit code", "exit")
             for r, p in enumerate(self.procs)
         }
 
