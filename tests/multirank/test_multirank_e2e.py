@@ -18,7 +18,10 @@ import pytest
 
 from harness.report.schema import validate_report
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("multirank")]
+# the toy cases share one run of their own (module fixture), so they stay on one xdist worker;
+# the bundled tinyav TP 2 case is read from the session's `harness run` of the whole suite
+pytestmark = [pytest.mark.slow]
+TOY = pytest.mark.xdist_group("multirank")
 
 REPO = Path(__file__).resolve().parents[2]
 CASES = """
@@ -72,6 +75,7 @@ def _case(doc: dict[str, Any], case_id: str) -> dict[str, Any]:
     return case
 
 
+@TOY
 def test_every_rank_is_recorded_and_rank_0_is_judged(run: dict[str, Any]) -> None:
     case = _case(run, "sum")
     assert case["status"] == "passed", case["reason"]
@@ -94,6 +98,7 @@ def test_every_rank_is_recorded_and_rank_0_is_judged(run: dict[str, Any]) -> Non
     assert consistency["settings"]["compared"] == ["summed"]
 
 
+@TOY
 def test_the_summary_shows_the_slowest_rank_per_stage(run: dict[str, Any]) -> None:
     summary = run["summary"]
     assert "**Ranks** of `pipeline/sum[cpu]` attempt #0: 2 ranks" in summary
@@ -102,6 +107,7 @@ def test_the_summary_shows_the_slowest_rank_per_stage(run: dict[str, Any]) -> No
     assert work.split("|")[2].strip() == "1"  # rank 1 sleeps in it; rank 0 does not
 
 
+@TOY
 def test_a_rank_skipping_the_all_reduce_times_out_with_every_ranks_stacks(
     run: dict[str, Any],
 ) -> None:
@@ -119,3 +125,19 @@ def test_a_rank_skipping_the_all_reduce_times_out_with_every_ranks_stacks(
     assert "**Hang diagnosis** of `pipeline/skips-allreduce[cpu]`" in run["summary"]
     # the run went on and nothing of the ranks is left
     assert run["proc"].returncode == 1, run["proc"].stderr
+
+
+@pytest.mark.xdist_group("bundled-suite")
+def test_the_bundled_tp2_case_passes_with_its_ranks_consistent(bundled_suite: Any) -> None:
+    """cases/multirank/tinyav.toml in the session's run of the whole suite: tinyav at TP 2
+    over gloo, judged against its blessed reference, every replicated fingerprint equal."""
+    doc = json.loads((bundled_suite.dir / "report.json").read_text())
+    (case,) = [c for c in doc["cases"] if c["id"] == "tp2-int8"]
+    assert case["status"] == "passed", case["reason"]
+    attempt = case["attempts"][0]
+    checks = {c["name"]: c for c in attempt["checks"]}
+    assert checks["rank_consistency"]["passed"] is True
+    assert "denoise.step01" in checks["rank_consistency"]["settings"]["compared"]
+    assert "rank1.denoise.step01" in attempt["fingerprints"]
+    assert set(attempt["ranks"]["stages"]) == {"0", "1"}
+    assert "DenoisingStage" in attempt["ranks"]["stages"]["1"]
