@@ -184,8 +184,11 @@ class Ranks:
 
     def kill(self) -> dict[int, str]:
         """SIGTERM to the group, ``STOP_GRACE_S``, then SIGKILL; returns the processes other
-        than the ranks that were still alive then (a rank's leftover children)."""
+        than the ranks that were in the group (a rank's leftover children), killed too."""
         pgid = self.pgid
+        ranks = {p.pid for p in self.procs}
+        # listed before the SIGTERM, which a leftover child may well obey
+        left = {pid: cmd for pid, cmd in group_members(pgid).items() if pid not in ranks}
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_S
@@ -196,8 +199,7 @@ class Ranks:
                 break
             _reap(list(group_members(pgid, zombies=True)), block=False)
             time.sleep(0.02)
-        ranks = {p.pid for p in self.procs}
-        left = {pid: cmd for pid, cmd in group_members(pgid).items() if pid not in ranks}
+        left.update((pid, cmd) for pid, cmd in group_members(pgid).items() if pid not in ranks)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
         for p in self.procs:
