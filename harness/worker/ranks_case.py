@@ -137,7 +137,6 @@ class Ranks:
             job_file = folder / f"rank{rank}.job.json"
             job_file.write_text(json.dumps(job), encoding="utf-8")
             argv = [sys.executable, "-m", "harness.worker.rank_main", str(job_file)]
-            group = {"process_group": 0 if rank == 0 else self.pgid}
             with self.logs[rank].open("wb") as fh:
                 self.procs.append(
                     subprocess.Popen(
@@ -146,7 +145,8 @@ class Ranks:
                         stdout=fh,
                         stderr=subprocess.STDOUT,
                         env=env,
-                        **group,  # type: ignore[arg-type]
+                        # rank 0 leads a new group (in the worker's session), the rest join it
+                        process_group=0 if rank == 0 else self.pgid,
                     )
                 )
 
