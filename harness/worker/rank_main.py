@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,17 @@ def _die_with_parent() -> None:
 
     pr_set_pdeathsig = 1
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+def _error(kind: str, message: str) -> dict[str, Any]:
+    """The failure of this rank, with when it happened (wall clock, comparable across ranks:
+    the rank that failed first is the likely cause of the others' failures)."""
+    return {
+        "type": kind,
+        "message": message,
+        "traceback": traceback.format_exc(),
+        "failed_at": time.time(),
+    }
 
 
 def _run(job: dict[str, Any]) -> dict[str, Any]:
@@ -47,12 +59,10 @@ def _run(job: dict[str, Any]) -> dict[str, Any]:
         fn(**dict(case.params))
     except AssertionError as exc:
         status = "failed"
-        error = {"type": "AssertionError", "message": str(exc) or "assertion failed"}
+        error = _error("AssertionError", str(exc) or "assertion failed")
     except BaseException as exc:  # recorded, never escaping: the result file says how it ended
         status = "error"
-        error = {"type": type(exc).__name__, "message": str(exc)}
-    if error is not None:
-        error["traceback"] = traceback.format_exc()
+        error = _error(type(exc).__name__, str(exc))
     probe._end()
     return {
         "status": status,

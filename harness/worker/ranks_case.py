@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -60,7 +61,7 @@ def ranks_limits(timeout_s: float) -> tuple[float, float]:
     diagnosis and the kill get up to ``DEADLINE_S`` + ``STOP_GRACE_S`` + 3 s, at most half of
     ``timeout_s``."""
     reserve = min(DEADLINE_S + STOP_GRACE_S + 3.0, timeout_s * 0.5)
-    return timeout_s - reserve, max(0.5, min(DEADLINE_S, reserve - STOP_GRACE_S - 1.0))
+    return timeout_s - reserve, max(0.5, min(DEADLINE_S, reserve - STOP_GRACE_S - 0.5))
 
 
 def consistency_check(verdict: Consistency) -> CheckResult:
@@ -236,9 +237,18 @@ def _absorb_other(rank: int, result: Mapping[str, Any]) -> None:
 
 
 def _outcome(results: Mapping[int, Mapping[str, Any] | None], ranks: Ranks) -> RanksError | None:
-    """The attempt's error from how the ranks ended: rank 0's first, else the lowest failing
-    rank's; None when every rank passed."""
-    for rank in sorted(results):
+    """The attempt's error from how the ranks ended: that of the rank that failed first (a
+    rank that ended without a result, else by the time its target raised: the others most
+    likely failed because it did, a peer gone from a collective), ties to the lowest rank;
+    None when every rank passed."""
+
+    def when(rank: int) -> float:
+        res = results[rank]
+        if res is None:
+            return -math.inf
+        return float((res.get("error") or {}).get("failed_at", math.inf))
+
+    for rank in sorted(results, key=lambda r: (when(r), r)):
         res = results[rank]
         proc = ranks.procs[rank]
         if res is None:

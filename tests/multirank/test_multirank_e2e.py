@@ -1,8 +1,9 @@
 """Multi-rank cases end to end through ``harness run``, on a toy two-rank target (a sum over
 a real TCP rendezvous at MASTER_ADDR:MASTER_PORT, tests/multirank/toy_ranks.py): every rank's
 stages and fingerprints are recorded, rank 0's outputs are checked, the rank-consistency check
-passes and summary.md shows the slowest rank per stage; a rank that skips the all_reduce
-times out the attempt with both ranks' stacks, rank 0 waiting in the collective. Both cases
+passes and summary.md shows the slowest rank per stage; a rank that fails first is the
+attempt's error; a rank that skips the all_reduce
+times out the attempt with both ranks' stacks, rank 0 waiting in the collective. The cases
 share one run (module fixture)."""
 
 from __future__ import annotations
@@ -34,13 +35,22 @@ replicated = ["summed"]
 timeout_s = 60
 
 [[case]]
+id = "rank1-fails"
+kind = "pipeline"
+target = "toy_ranks:allreduce"
+params = { fail_on = 1 }
+ranks = 2
+retries = 0
+timeout_s = 60
+
+[[case]]
 id = "skips-allreduce"
 kind = "pipeline"
 target = "toy_ranks:allreduce"
 params = { skip_on = 1 }
 ranks = 2
 retries = 0
-timeout_s = 8
+timeout_s = 6
 """
 
 
@@ -103,7 +113,8 @@ def test_the_summary_shows_the_slowest_rank_per_stage(run: dict[str, Any]) -> No
     summary = run["summary"]
     assert "**Ranks** of `pipeline/sum[cpu]` attempt #0: 2 ranks" in summary
     assert "| stage | slowest rank | seconds | rank 0 | rank 1 |" in summary
-    (work,) = [line for line in summary.splitlines() if line.startswith("| `work` |")]
+    section = summary.split("**Ranks** of `pipeline/sum[cpu]`")[1].split("\n\n")[1]
+    (work,) = [line for line in section.splitlines() if line.startswith("| `work` |")]
     assert work.split("|")[2].strip() == "1"  # rank 1 sleeps in it; rank 0 does not
 
 
@@ -141,3 +152,16 @@ def test_the_bundled_tp2_case_passes_with_its_ranks_consistent(bundled_suite: An
     assert "rank1.denoise.step01" in attempt["fingerprints"]
     assert set(attempt["ranks"]["stages"]) == {"0", "1"}
     assert "DenoisingStage" in attempt["ranks"]["stages"]["1"]
+
+
+@TOY
+def test_the_rank_that_failed_first_is_the_attempts_error(run: dict[str, Any]) -> None:
+    """Rank 1 fails an assertion; rank 0 then loses its peer in the collective and fails too:
+    the attempt is rank 1's failure, and both ranks' exits are recorded."""
+    case = _case(run, "rank1-fails")
+    (attempt,) = case["attempts"]
+    assert attempt["status"] == "failed", attempt["error"]
+    assert attempt["error"]["type"] == "AssertionError"
+    assert attempt["error"]["message"].startswith("rank 1: rank 1 refuses to sum")
+    assert attempt["ranks"]["exits"] == {"0": "exit 1", "1": "exit 1"}
+    assert "shard" in attempt["fingerprints"] and "rank1.shard" not in attempt["fingerprints"]

@@ -154,7 +154,7 @@ def test_each_rank_is_pinned_to_its_own_device_of_the_workers() -> None:
 
 
 def test_a_hang_is_reported_before_the_managers_deadline() -> None:
-    for timeout in (8.0, 60.0, 300.0):
+    for timeout in (6.0, 60.0, 300.0):
         limit, diagnosis = ranks_limits(timeout)
         assert 0 < limit < timeout and diagnosis > 0
         assert limit + diagnosis + 1.0 < timeout  # the kill's grace and the reply fit

@@ -2,7 +2,8 @@
 seconds a rank on the CI runner): a sum over the ranks through a real TCP rendezvous at
 ``MASTER_ADDR:MASTER_PORT``, as gloo's would be. Rank 0 listens; every other rank connects,
 sends its value and receives the sum. ``skip_on = R`` makes rank R skip the collective and
-wait elsewhere, so rank 0 waits in :func:`all_reduce` (the fault of issue 19). The real gloo
+wait elsewhere, so rank 0 waits in :func:`all_reduce` (the fault of issue 19); ``fail_on = R``
+makes rank R fail an assertion before it, so rank 0 loses its peer there. The real gloo
 path is the bundled ``cases/multirank`` (tinyav at TP 2)."""
 
 from __future__ import annotations
@@ -64,9 +65,10 @@ def wait_elsewhere() -> None:
         time.sleep(0.05)
 
 
-def allreduce(skip_on: int = -1, work_s: float = 0.2) -> None:
+def allreduce(skip_on: int = -1, fail_on: int = -1, work_s: float = 0.2) -> None:
     with probe.stage("init"):
         group = Group()
+    assert group.rank != fail_on, f"rank {group.rank} refuses to sum"
     x = np.full((4,), float(group.rank + 1), dtype=np.float32)
     probe.fingerprint("shard", x)
     with probe.stage("work"):
