@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from harness.report.detail import decode
 from harness.report.schema import validate_report
 
 # the toy cases share one run of their own (module fixture), so they stay on one xdist worker;
@@ -77,6 +78,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     validate_report(doc)
     doc["proc"] = proc
     doc["summary"] = (tmp / "out" / "r" / "summary.md").read_text()
+    doc["page"] = decode((tmp / "out" / "r" / "index.html").read_text())
     return doc
 
 
@@ -116,6 +118,12 @@ def test_the_summary_shows_the_slowest_rank_per_stage(run: dict[str, Any]) -> No
     section = summary.split("**Ranks** of `pipeline/sum[cpu]`")[1].split("\n\n")[1]
     (work,) = [line for line in section.splitlines() if line.startswith("| `work` |")]
     assert work.split("|")[2].strip() == "1"  # rank 1 sleeps in it; rank 0 does not
+    # the HTML report draws the same table
+    (page,) = [c for c in run["page"] if "ranks" in c and "rank consistency" in c["ranks"][0]]
+    title, heads, rows = page["ranks"]
+    assert title.startswith("ranks, attempt #0: 2 ranks (rank 0: exit 0, rank 1: exit 0)")
+    assert heads == ["stage", "slowest rank", "seconds", "rank 0", "rank 1"]
+    assert [r[:2] for r in rows if r[0] == "work"] == [["work", "1"]]
 
 
 @TOY
