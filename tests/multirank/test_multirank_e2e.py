@@ -45,6 +45,15 @@ retries = 0
 timeout_s = 60
 
 [[case]]
+id = "leaves-a-child"
+kind = "pipeline"
+target = "toy_ranks:allreduce"
+params = { leave_child = true, work_s = 0.0 }
+ranks = 2
+retries = 0
+timeout_s = 60
+
+[[case]]
 id = "skips-allreduce"
 kind = "pipeline"
 target = "toy_ranks:allreduce"
@@ -173,3 +182,16 @@ def test_the_rank_that_failed_first_is_the_attempts_error(run: dict[str, Any]) -
     assert attempt["error"]["message"].startswith("rank 1: rank 1 refuses to sum")
     assert attempt["ranks"]["exits"] == {"0": "exit 1", "1": "exit 1"}
     assert "shard" in attempt["fingerprints"] and "rank1.shard" not in attempt["fingerprints"]
+
+
+@TOY
+def test_a_process_a_rank_left_behind_fails_the_attempt_and_is_killed(
+    run: dict[str, Any],
+) -> None:
+    (attempt,) = _case(run, "leaves-a-child")["attempts"]
+    assert attempt["status"] == "error", attempt["error"]
+    assert attempt["error"]["type"] == "RanksLeftProcesses"
+    message = attempt["error"]["message"]
+    assert "1 process(es)" in message and "sleep 30" in message
+    pid = int(message.split("pid ")[1].split(":")[0])
+    assert not Path(f"/proc/{pid}").exists()  # killed and reaped

@@ -3,7 +3,8 @@ seconds a rank on the CI runner): a sum over the ranks through a real TCP rendez
 ``MASTER_ADDR:MASTER_PORT``, as gloo's would be. Rank 0 listens; every other rank connects,
 sends its value and receives the sum. ``skip_on = R`` makes rank R skip the collective and
 wait elsewhere, so rank 0 waits in :func:`all_reduce` (the fault of issue 19); ``fail_on = R``
-makes rank R fail an assertion before it, so rank 0 loses its peer there. The real gloo
+makes rank R fail an assertion before it, so rank 0 loses its peer there; ``leave_child``
+makes rank 0 leave a process behind. The real gloo
 path is the bundled ``cases/multirank`` (tinyav at TP 2)."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import struct
+import subprocess
 import time
 
 import numpy as np
@@ -65,7 +67,9 @@ def wait_elsewhere() -> None:
         time.sleep(0.05)
 
 
-def allreduce(skip_on: int = -1, fail_on: int = -1, work_s: float = 0.2) -> None:
+def allreduce(
+    skip_on: int = -1, fail_on: int = -1, work_s: float = 0.2, leave_child: bool = False
+) -> None:
     with probe.stage("init"):
         group = Group()
     assert group.rank != fail_on, f"rank {group.rank} refuses to sum"
@@ -83,3 +87,5 @@ def allreduce(skip_on: int = -1, fail_on: int = -1, work_s: float = 0.2) -> None
     probe.fingerprint("rank", np.array([group.rank], dtype=np.int64))
     if group.rank == 0:
         probe.output("summed", summed)
+        if leave_child:  # a helper process this rank never stops
+            subprocess.Popen(["sleep", "30"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
