@@ -25,6 +25,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -134,22 +135,30 @@ class Ranks:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.logs = [folder / f"rank{r}.log" for r in range(len(jobs))]
         self.started = time.monotonic()
-        for rank, (job, env) in enumerate(zip(jobs, envs, strict=True)):
-            job_file = folder / f"rank{rank}.job.json"
-            job_file.write_text(json.dumps(job), encoding="utf-8")
-            argv = [sys.executable, "-m", "harness.worker.rank_main", str(job_file)]
-            with self.logs[rank].open("wb") as fh:
-                self.procs.append(
-                    subprocess.Popen(
-                        argv,
-                        stdin=subprocess.DEVNULL,
-                        stdout=fh,
-                        stderr=subprocess.STDOUT,
-                        env=env,
-                        # rank 0 leads a new group (in the worker's session), the rest join it
-                        process_group=0 if rank == 0 else self.pgid,
-                    )
+        try:
+            for rank, (job, env) in enumerate(zip(jobs, envs, strict=True)):
+                self._start(rank, job, env)
+        except BaseException:
+            if self.procs:  # never leave a started rank behind
+                self.kill()
+            raise
+
+    def _start(self, rank: int, job: dict[str, Any], env: dict[str, str]) -> None:
+        job_file = self.folder / f"rank{rank}.job.json"
+        job_file.write_text(json.dumps(job), encoding="utf-8")
+        argv = [sys.executable, "-m", "harness.worker.rank_main", str(job_file)]
+        with self.logs[rank].open("wb") as fh:
+            self.procs.append(
+                subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=fh,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    # rank 0 leads a new group (in the worker's session), the rest join it
+                    process_group=0 if rank == 0 else self.pgid,
                 )
+            )
 
     @property
     def pgid(self) -> int:
@@ -292,7 +301,9 @@ def run_ranks_case(
     from harness.model.case import case_to_json
 
     world = case.ranks
-    base = output_dir if output_dir is not None else Path(tempfile.mkdtemp(prefix="harness-"))
+    scratch = None if output_dir is not None else Path(tempfile.mkdtemp(prefix="harness-ranks-"))
+    base = output_dir if output_dir is not None else scratch
+    assert base is not None
     folder = base / "ranks"
     folder.mkdir(parents=True, exist_ok=True)
     port = free_port()
@@ -339,6 +350,8 @@ def run_ranks_case(
         exits = ranks.exits()
         left = ranks.kill()
     results = {r: _read(folder / f"rank{r}.json") for r in range(world)}
+    if scratch is not None:  # no output folder: nothing of the ranks is kept
+        shutil.rmtree(scratch, ignore_errors=True)
     per_rank_fps: dict[int, Mapping[str, Mapping[str, Any]]] = {}
     stages: dict[str, dict[str, float]] = {}
     for rank, res in results.items():
