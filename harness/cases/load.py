@@ -61,6 +61,7 @@ from harness.cases.fields import (
     type_ok,
 )
 from harness.cases.lines import case_lines
+from harness.cases.ranks import parse_ranks
 from harness.cases.server import parse_requests, parse_server
 from harness.errors import CaseFileError
 from harness.model.case import Case
@@ -106,6 +107,8 @@ _CASE_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "known_flaky": ((str,), "string (why the case is known to fail intermittently)"),
     "server": ((dict,), 'table [case.server] (kind = "server")'),
     "requests": ((list,), 'array of tables [[case.requests]] (kind = "server")'),
+    "ranks": ((int,), "positive integer (processes, one per rank)"),
+    "replicated": ((list,), 'list of fingerprint names or patterns such as "denoise.*"'),
 }
 
 
@@ -166,6 +169,7 @@ def parse_case(path: Path, raw: Any, where: str) -> Case:
     if raw["kind"] not in KINDS:
         raise ctx.fail("kind", raw["kind"], "one of " + ", ".join(KINDS))
     server, requests = _server_parts(ctx, raw)
+    ranks, replicated = parse_ranks(ctx, raw)
     has_target, has_command = "target" in raw, "command" in raw
     if server is not None and (has_target or has_command):
         raise CaseFileError(
@@ -250,6 +254,8 @@ def parse_case(path: Path, raw: Any, where: str) -> Case:
         known_flaky=_known_flaky(ctx, raw["known_flaky"]) if "known_flaky" in raw else None,
         server=server,
         requests=requests,
+        ranks=ranks,
+        replicated=replicated,
     )
 
 

@@ -80,6 +80,11 @@ class Case:
     # for every other kind).
     server: ServerSpec | None = None
     requests: tuple[RequestSpec, ...] = ()
+    # A multi-rank case (``ranks`` > 1, pipeline and quant kinds): the target runs in one
+    # process per rank (harness.worker.ranks_case); ``replicated`` holds the fnmatch patterns
+    # of the fingerprints every rank must record alike (the rank-consistency check).
+    ranks: int = 1
+    replicated: tuple[str, ...] = ()
 
     def display(self, platform: str) -> str:
         """``<kind>/<id>[<platform>]``, the name used by pytest items and reports."""
@@ -144,6 +149,7 @@ def case_from_json(d: Mapping[str, Any]) -> Case:
     kw["frames"] = tuple(d["frames"]) if isinstance(d.get("frames"), list) else d["frames"]
     kw["tags"] = tuple(d.get("tags", ()))
     kw["requires"] = tuple(d.get("requires", ()))
+    kw["replicated"] = tuple(d.get("replicated", ()))
     kw["server"] = ServerSpec.from_json(d["server"]) if d.get("server") is not None else None
     kw["requests"] = tuple(RequestSpec.from_json(r) for r in d.get("requests", ()))
     return Case(**kw)

@@ -15,6 +15,7 @@ from typing import Any
 from harness.model.exits import exit_status
 from harness.model.hang import HangDiagnosis
 from harness.model.infra import InfraFinding, infra_only, infrastructure_findings
+from harness.model.ranks import RanksRecord
 from harness.model.shard import INCOMPLETE_CAUSES, MergedShard, MissingCase, ShardInfo
 from harness.model.vocab import (
     FAILING,
@@ -170,6 +171,7 @@ _OMIT_EMPTY = frozenset(
         "not_retried",
         "retried_because",
         "hang",
+        "ranks",
     }
 )
 
@@ -221,6 +223,8 @@ class Attempt:
     retried_because: str = ""
     # A timeout's hang diagnosis (harness.model.hang), taken before the kill; absent when None.
     hang: HangDiagnosis | None = None
+    # A multi-rank attempt's per-rank record (harness.model.ranks); absent when None.
+    ranks: RanksRecord | None = None
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {}
@@ -230,7 +234,7 @@ class Attempt:
                 continue
             if f.name == "checks":
                 v = [c.to_json() for c in v]
-            elif f.name in ("error", "hang"):
+            elif f.name in ("error", "hang", "ranks"):
                 v = v.to_json() if v is not None else None
             elif f.name == "metrics":
                 v = {k: json_number(x) for k, x in v.items()}
@@ -245,6 +249,7 @@ class Attempt:
         kw["checks"] = tuple(CheckResult.from_json(c) for c in d.get("checks", []))
         kw["error"] = ErrorInfo.from_json(d["error"]) if d.get("error") else None
         kw["hang"] = HangDiagnosis.from_json(d["hang"]) if d.get("hang") else None
+        kw["ranks"] = RanksRecord.from_json(d["ranks"]) if d.get("ranks") else None
         kw["metrics"] = {k: number_from_json(v) for k, v in d.get("metrics", {}).items()}
         return cls(**kw)
 

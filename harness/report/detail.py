@@ -129,6 +129,31 @@ def _hang(a: Attempt, s: Strings) -> list[Any]:
     return [s(title), s(device), rows]
 
 
+def _ranks(c: CaseResult, s: Strings) -> list[Any] | None:
+    """title, column heads, and per stage: name, slowest rank, its seconds, every rank's, from
+    the attempt summary.md shows (:func:`harness.report.ranks_md.ranks_attempt`)."""
+    from harness.model.ranks import slowest
+    from harness.report.ranks_md import ranks_attempt
+
+    a = ranks_attempt(c)
+    if a is None or a.ranks is None:
+        return None
+    r = a.ranks
+    ranks = sorted(int(k) for k in r.stages)
+    exits = ", ".join(
+        f"rank {k}: {v}" for k, v in sorted(r.exits.items(), key=lambda kv: int(kv[0]))
+    )
+    title = f"ranks, attempt #{a.index}: {r.world_size} ranks ({exits})" + (
+        f"; rank consistency: {r.consistency}" if r.consistency else ""
+    )
+    heads = s.row(["stage", "slowest rank", "seconds", *(f"rank {k}" for k in ranks)])
+    rows = [
+        s.row([stage, str(rank), seconds(secs), *(seconds(every.get(k)) for k in ranks)])
+        for stage, rank, secs, every in slowest(r)
+    ]
+    return [s(title), heads, rows]
+
+
 def case_detail(c: CaseResult, logs: Logs, s: Strings) -> dict[str, Any]:
     """What the page draws when case ``c`` is opened; empty tables are left out."""
     d: dict[str, Any] = {
@@ -173,6 +198,9 @@ def case_detail(c: CaseResult, logs: Logs, s: Strings) -> dict[str, Any]:
     hangs = [_hang(a, s) for a in c.attempts if a.hang is not None]
     if hangs:
         d["hangs"] = hangs
+    ranks = _ranks(c, s)
+    if ranks is not None:
+        d["ranks"] = ranks
     stage_names = list(dict.fromkeys(st for a in c.attempts for st in a.stages))
     if stage_names:
         d["stages"] = [

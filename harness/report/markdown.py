@@ -350,6 +350,22 @@ def _hang_sections(doc: Budget, report: RunReport) -> None:
             doc.force(line)
 
 
+def _ranks_sections(doc: Budget, report: RunReport) -> None:
+    """Each multi-rank case's slowest rank per stage, whole or not at all."""
+    from harness.report.ranks_md import ranks_lines  # it imports this module
+
+    for case in report.cases:
+        lines = list(ranks_lines(case))
+        if not lines:
+            continue
+        if doc.left_out or not doc.fits("\n".join(["", *lines])):
+            doc.left_out += 1
+            continue
+        doc.force("")
+        for line in lines:
+            doc.force(line)
+
+
 def summary_markdown(report: RunReport, *, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
     """``summary.md`` of a run, at most ``max_bytes`` of UTF-8."""
     doc = Budget(max_bytes)
@@ -385,6 +401,7 @@ def summary_markdown(report: RunReport, *, max_bytes: int = DEFAULT_MAX_BYTES) -
             (_attention_row(kind, c) for kind, c in attention),
         )
     _hang_sections(doc, report)
+    _ranks_sections(doc, report)
     needing = {id(c) for _, c in attention}
     rest = [c for c in report.cases if id(c) not in needing]
     if rest:

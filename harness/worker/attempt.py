@@ -7,112 +7,36 @@ interpreter escapes, and the manager records that one.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import importlib
 import importlib.abc
 import importlib.util
 import json
 import os
-import random
 import subprocess
 import sys
 import traceback
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from harness import platforms, probe
+from harness import probe
 from harness.checks import evaluate_attempt_checks
 from harness.errors import InfrastructureError
 from harness.model import Attempt, Case, ErrorInfo
 from harness.model.hang import HangDiagnosis
 from harness.model.infra import looks_like_infrastructure
+from harness.model.ranks import Consistency, RanksRecord
 from harness.platforms.base import Identity
 from harness.platforms.policy import threshold_chain
 from harness.probe.clocks import perf_counter, process_time
 from harness.probe.sched import CLOCKS
 from harness.worker import hang_diagnosis
 from harness.worker.protocol import AttemptJob
+from harness.worker.ranks_case import RanksError, consistency_check, ranks_limits, run_ranks_case
 from harness.worker.server_case import ServerError, run_server_case
+from harness.worker.target import resolve_target, seed_everything, stage_device
 
 # Captured at import: a target that replaces os.getpid must not fool the worker's own checks.
 _getpid = os.getpid
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python's random, numpy and torch from the case seed.
-
-    torch is seeded only where it is imported: a fresh interpreter starts bare (a cold-import
-    case must be able to see an eager ``import torch``), so when torch is not imported yet a
-    one-shot import hook seeds it the moment the target imports it.
-    """
-    random.seed(seed)
-    np_mod = sys.modules.get("numpy")
-    if np_mod is not None:
-        np_mod.random.seed(seed % (2**32))
-    else:
-        _seed_on_import("numpy", lambda m: m.random.seed(seed % (2**32)))
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        _seed_torch(torch, seed)
-    else:
-        _seed_on_import("torch", lambda m: _seed_torch(m, seed))
-
-
-def _seed_torch(torch: Any, seed: int) -> None:
-    """``torch.manual_seed(seed)``, minus what cannot matter in this process: where no device
-    runtime can start (CUDA, XPU and MPS unavailable, no custom backend such as torch_npu),
-    the CPU generator is all that torch.manual_seed seeds, and its queued lazy seeds for
-    CUDA and XPU each record a call stack: 0.4-1.2 ms an attempt, most of a cheap case's
-    per-attempt overhead (``bench/bench_runner.py``). Anything unusual gets the full call."""
-    try:
-        cpu_only = not (
-            torch.cuda.is_available()
-            or torch.xpu.is_available()
-            or torch.backends.mps.is_available()
-            or torch._C._get_privateuse1_backend_name() != "privateuseone"
-        )
-        generator = torch.default_generator if cpu_only else None
-    except Exception:  # a torch without one of these: seed the documented way
-        generator = None
-    if generator is not None:
-        generator.manual_seed(seed)
-    else:
-        torch.manual_seed(seed)
-
-
-class _SeedOnImport(importlib.abc.MetaPathFinder):
-    """Runs ``then(module)`` right after ``name`` is first imported, then removes itself."""
-
-    def __init__(self, name: str, then: Callable[[Any], Any]) -> None:
-        self.name = name
-        self.then = then
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != self.name:
-            return None
-        with contextlib.suppress(ValueError):
-            sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        loader, then = spec.loader, self.then
-        exec_module = loader.exec_module
-
-        def exec_and_seed(module: Any) -> None:
-            exec_module(module)
-            then(module)
-
-        loader.exec_module = exec_and_seed  # type: ignore[method-assign]
-        return spec
-
-
-def _seed_on_import(name: str, then: Callable[[Any], Any]) -> None:
-    for finder in list(sys.meta_path):
-        if isinstance(finder, _SeedOnImport) and finder.name == name:
-            sys.meta_path.remove(finder)
-    sys.meta_path.insert(0, _SeedOnImport(name, then))
 
 
 _HARNESS_DIR = str(Path(__file__).resolve().parent.parent)
@@ -135,18 +59,6 @@ def innermost_frame(exc: BaseException) -> str:
         )
         return f"{module}:{frame.name}"
     return ""
-
-
-def resolve_target(spec: str) -> Any:
-    module_name, _, func_name = spec.partition(":")
-    module = importlib.import_module(module_name)
-    try:
-        return getattr(module, func_name)
-    except AttributeError:
-        raise AttributeError(
-            f"target '{spec}': module '{module_name}' ({getattr(module, '__file__', '?')}) "
-            f"has no attribute '{func_name}'"
-        ) from None
 
 
 def _run_command(case: Case, result_file: Path, timeout_s: float) -> None:
@@ -219,20 +131,6 @@ def _unclosed_error(names: tuple[str, ...]) -> ErrorInfo:
     )
 
 
-def stage_device(platform: str) -> platforms.Platform | None:
-    """The platform object the attempt's stages measure through (synchronize, device events,
-    peak memory). It acts only where that platform's runtime is loaded and initialized in this
-    process, so a simulated platform measures wall time alone; an unknown name (a third-party
-    platform that did not load in this worker) falls back to wall time too. So does a platform
-    that can have no device runtime (the CPU: its ``backend`` is the base class's, always
-    None), without the two calls into it that every stage would make for nothing."""
-    try:
-        found = platforms.get(platform)
-    except KeyError:
-        return None
-    return None if type(found).backend is platforms.Platform.backend else found
-
-
 def missing_requirements(case: Case) -> list[str]:
     """The modules of ``case.requires`` this interpreter cannot find (nothing is imported)."""
     missing = []
@@ -290,6 +188,8 @@ def run_attempt(job: AttemptJob) -> Attempt:
     status = "passed"
     error: ErrorInfo | None = None
     hang: HangDiagnosis | None = None
+    ranks: RanksRecord | None = None
+    consistency: Consistency | None = None
     pid = _getpid()
     # The attempt's run-queue delay, beside its duration (the threads listed afresh).
     threads = CLOCKS.sample(relist=True)
@@ -303,6 +203,17 @@ def run_attempt(job: AttemptJob) -> Attempt:
             stop_s = case.server.stop_timeout_s + hang_diagnosis.DEADLINE_S
             limit = max(case.timeout_s * 0.5, case.timeout_s - stop_s - 10.0)
             run_server_case(case, output_dir, f"{case.id}-{job.index}", limit, platform)
+        elif case.ranks > 1:
+            limit, diagnosis_s = ranks_limits(case.timeout_s)
+            ranks, consistency = run_ranks_case(
+                case,
+                output_dir,
+                limit,
+                seed=seed,
+                platform=platform,
+                identity=job.identity,
+                diagnosis_s=diagnosis_s,
+            )
         elif case.command is not None:
             # The command gets most of the attempt's time, so that its own timeout is reported
             # by this worker (with what it printed) before the manager's deadline kills us.
@@ -335,6 +246,10 @@ def run_attempt(job: AttemptJob) -> Attempt:
         status = exc.status
         error = ErrorInfo.make(exc.kind, str(exc), traceback.format_exc())
         hang = exc.diagnosis
+    except RanksError as exc:
+        status = exc.status
+        error = ErrorInfo.make(exc.kind, str(exc), traceback.format_exc())
+        hang, ranks = exc.diagnosis, exc.record
     except subprocess.TimeoutExpired as exc:
         status = "timeout"
         error = ErrorInfo.make("Timeout", f"command timed out: {exc}", traceback.format_exc())
@@ -365,6 +280,8 @@ def run_attempt(job: AttemptJob) -> Attempt:
         threshold_chain=threshold_chain(job.platform_chain, identity),
         simulated=identity.reason if identity is not None and identity.simulated else None,
     )
+    if consistency is not None:
+        checks = [*checks, consistency_check(consistency)]
     if status == "passed" and any(c.blocking for c in checks):
         status = "failed"
         failed = [
@@ -410,4 +327,5 @@ def run_attempt(job: AttemptJob) -> Attempt:
         stage_wait=dict(rec.stage_wait),
         wait_s=wait_s,
         hang=hang,
+        ranks=ranks,
     )

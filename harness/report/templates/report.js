@@ -161,6 +161,11 @@
       fold.open = true;
       out.push(fold);
     });
+    if (d.ranks) {
+      var ranksFold = folded(str(d.ranks[0]), makeTable("ranks", d.ranks[1].map(str), d.ranks[2]));
+      ranksFold.open = true;
+      out.push(ranksFold);
+    }
     if (d.stages) {
       var heads = ["stage"].concat(d.attempts.map(function (a) { return "#" + str(a[0]); }));
       out.push(folded("stage latencies (" + d.stages.length + " stages)", makeTable("stages", heads, d.stages)));

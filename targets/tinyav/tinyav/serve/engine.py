@@ -77,9 +77,12 @@ class Engine:
 
         device = device_for(platform)
         if device != "cpu" and info.world_size > 1:
-            device = f"{device}:{info.rank}"
-            if device.startswith("cuda"):
-                torch.cuda.set_device(info.rank)
+            index = info.rank
+            if device == "cuda":
+                # a rank pinned to its own device (a harness multi-rank case) sees it as cuda:0
+                index %= max(1, torch.cuda.device_count())
+                torch.cuda.set_device(index)
+            device = f"{device}:{index}"
         control = None
         if info.world_size > 1:
             control = init_group(info, backend_for(platform))
