@@ -63,6 +63,9 @@ class Executor:
         self.profile = profile
         self.sides = dict(sides)
         self.references_root = references_root
+        # the caller's, else the runner profile's, else the pool's default (numpy and torch)
+        if preimport is None:
+            preimport = profile.preimport
         self.preimport = preimport
         self.say = say or (lambda _line: None)
         self.pool = WorkerPool(run_dir / "workers")

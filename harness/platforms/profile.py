@@ -28,6 +28,7 @@ RETRY_CLASSES: tuple[str, ...] = ("infra", "oom", "timeout", "crashed")
 # fallback in threshold lookups: one safe path segment, like a case id.
 _NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 _ARCH = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 MAX_THREADS = 1024
 MAX_DEVICES = 1024
 
@@ -67,6 +68,10 @@ class Profile:
     # The [policy] table, validated and flat ("latency.on_fail" -> "warn"); applies to
     # ``platform`` only.
     policy: Mapping[str, Any] = field(default_factory=dict)
+    # The modules a persistent worker imports before it says it is ready, so that no case's
+    # first attempt pays for them. None: the harness default (numpy and torch); ``[]`` for a
+    # stack that uses neither.
+    preimport: tuple[str, ...] | None = None
 
 
 def _expect(path: Path, key: str, value: Any, types: tuple[type, ...], name: str) -> Any:
@@ -112,6 +117,7 @@ def load_profile(path: Path) -> Profile:
         "compare",
         "arch",
         "policy",
+        "preimport",
     }
     for key in data:
         if key not in known:
@@ -191,6 +197,13 @@ def load_profile(path: Path) -> Profile:
             "'sm_90' or 'Ascend910B3' (letters, digits, '_', '.', '-')"
         )
     policy = validate_table(path, "policy", data.get("policy", {}))
+    preimport = data.get("preimport")
+    if preimport is not None:
+        expected = "a list of module names, e.g. ['numpy', 'torch'] ([] for none)"
+        _expect(path, "preimport", preimport, (list,), expected)
+        for mod in preimport:
+            if not (isinstance(mod, str) and _MODULE.fullmatch(mod)):
+                raise ProfileError(f"{path}: key 'preimport' has {mod!r}: expected {expected}")
     return Profile(
         name=name,
         platform=platform,
@@ -208,6 +221,7 @@ def load_profile(path: Path) -> Profile:
         source=str(path),
         arch=arch,
         policy=policy,
+        preimport=tuple(preimport) if preimport is not None else None,
     )
 
 

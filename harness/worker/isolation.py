@@ -36,7 +36,9 @@ every attempt reseeds Python's ``random``, numpy's legacy global RNG and torch's
 generators from its own seed before its target runs (:func:`.attempt.seed_everything`), so no
 state carries over. torch and numpy are looked at only where the worker had already imported
 them (a fresh-process worker stays bare); persistent workers import both before their first
-attempt.
+attempt, unless the runner profile's ``preimport`` leaves torch out: then a persistent worker
+whose attempt imported torch is replaced before the next case (never failing the case), as
+what the attempt set in torch was never snapshotted.
 
 Cost: every table is read once after an attempt and compared whole. In a worker, the state an
 attempt was restored to is the next attempt's "before" (:func:`configure` with ``reuse``; the
@@ -81,12 +83,21 @@ class Guard:
 
     violations: list[str] = field(default_factory=list)
     restored: list[str] = field(default_factory=list)
+    # Why the worker must be replaced although the case did nothing wrong (it never fails it).
+    unsnapshotted: list[str] = field(default_factory=list)
+
+    @property
+    def replace_worker(self) -> bool:
+        return bool(self.violations or self.unsnapshotted)
 
     def apply(self, attempt: Attempt) -> Attempt:
         """The attempt, failed with a message naming what it changed, when it changed any."""
         notes = dict(attempt.notes)
         if self.restored:
             notes["harness.restored"] = ", ".join(self.restored)
+        if self.unsnapshotted and not self.violations:
+            notes["harness.isolation"] = "; ".join(self.unsnapshotted)
+            return replace(attempt, notes=notes)
         if not self.violations:
             return replace(attempt, notes=notes) if self.restored else attempt
         what = "; ".join(self.violations)
@@ -369,7 +380,16 @@ def isolated(job: AttemptJob | None = None) -> Iterator[Guard]:
     finally:
         if _getpid() == snap.pid:
             _restore(snap, guard)
-            _last = snap if _reuse and not guard.violations else None
+            persistent = job is not None and not job.case.fresh_process
+            if persistent and snap.tables[1] == ((), ()) and torch_knobs()[0]:
+                # torch arrived during the attempt (a runner profile whose preimport leaves it
+                # out): what the case set in it was never snapshotted, so cannot be put back
+                guard.unsnapshotted.append(
+                    "the case imported torch, which this worker had not imported before it "
+                    "(the runner profile's preimport leaves torch out): torch's settings "
+                    "cannot be put back, so the next case gets a fresh worker"
+                )
+            _last = snap if _reuse and not guard.replace_worker else None
 
 
 __all__ = ["Guard", "configure", "forget", "isolated"]

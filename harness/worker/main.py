@@ -111,7 +111,7 @@ def _handle(msg: p.Request) -> p.Reply:
             case_id=msg.job.case.id,
             index=msg.job.index,
             attempt=attempt.to_json(),
-            replace_worker=bool(guard.violations),
+            replace_worker=guard.replace_worker,
         )
     if isinstance(msg, p.PlatformRequest):
         from harness.platforms import check, resolve_identity

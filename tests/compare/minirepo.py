@@ -30,6 +30,9 @@ op = "=="
 threshold = 1999000
 """
 
+# The target uses no torch: its workers do not import it before their first case.
+RUNNER = 'name = "cpu"\nplatform = "cpu"\npreimport = []\n'
+
 
 def git(repo: Path, *args: str) -> str:
     return subprocess.run(
@@ -55,7 +58,8 @@ def make_mini(root: Path) -> Path:
     git(repo, "init", "-q")
     git(repo, "config", "user.email", "t@example.com")
     git(repo, "config", "user.name", "t")
-    commit(repo, "base", {"mini/minitarget.py": TARGET, "cases/mini.toml": CASE})
+    files = {"mini/minitarget.py": TARGET, "cases/mini.toml": CASE, "runners/cpu.toml": RUNNER}
+    commit(repo, "base", files)
     git(repo, "tag", "base")
     return repo
 

@@ -122,7 +122,14 @@ def make_toy(root: Path) -> dict[str, Path]:
     (repo / "cases" / "toy.toml").write_text('id = "toy"\nkind = "pipeline"\ntarget = 7\n')
     git(repo, "commit", "-qam", "break the case file")
     git(repo, "checkout", "-q", "base")
-    return {"repo": repo, "runs": root / "runs", "root": root}
+    # the cpu runner's retry settings, without its tinyav budgets; the toy uses no torch, so
+    # its workers do not import it before their first case
+    runner = root / "toy-runner.toml"
+    runner.write_text(
+        'name = "cpu"\nplatform = "cpu"\nthreads = 1\npreimport = []\n'
+        '[retry]\nretries = 1\nretry_on = ["infra", "oom", "timeout"]\n'
+    )
+    return {"repo": repo, "runs": root / "runs", "root": root, "runner": runner}
 
 
 def compare(
@@ -158,7 +165,7 @@ def compare(
             "--code-root",
             "src",
             "--runner",
-            str(REPO / "runners" / "cpu.toml"),
+            str(toy["runner"]),
             "--noise-dir",
             str(out / "noise"),
             "--references",

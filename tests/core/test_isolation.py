@@ -94,6 +94,40 @@ FAILING = {name for name, _, _, status, _ in PAIRS if status != "passed"}
 REPLACED = {"sdp", "stdout", "probe-thread"}  # what cannot be undone: the worker is replaced
 
 
+@pytest.fixture
+def project(project: Path) -> Path:
+    """The scratch project with the default preimport (numpy and torch): these cases change
+    torch's settings, which a worker puts back where it had imported torch before the
+    attempt (without it, see the test after this fixture)."""
+    (project / "runners" / "cpu.toml").unlink()
+    return project
+
+
+@pytest.mark.slow
+def test_a_worker_without_torch_is_replaced_after_a_case_imports_it(tmp_path: Path) -> None:
+    """``preimport = []``: a case that imports torch and sets float64 passes; torch's settings
+    were never snapshotted, so the next case gets a fresh worker and sees float32."""
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "isomod.py").write_text(ISOMOD)
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "runners").mkdir()
+    (tmp_path / "runners" / "cpu.toml").write_text('name = "cpu"\npreimport = []\n')
+    write_cases(
+        tmp_path,
+        "pair.toml",
+        '[[case]]\nid = "a-set"\nkind = "loader"\ntarget = "isomod:dtype_set"\n'
+        '[[case]]\nid = "b-observe"\nkind = "loader"\ntarget = "isomod:dtype_observe"\n',
+    )
+    proc = harness_run(tmp_path, "--run-id", "pre")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads((tmp_path / "reports" / "pre" / "report.json").read_text())
+    a, b = doc["cases"]
+    assert a["status"] == "passed" and b["status"] == "passed", (a["attempts"], b["attempts"])
+    assert "torch's settings cannot be put back" in a["attempts"][0]["notes"]["harness.isolation"]
+    assert a["attempts"][0]["worker_pid"] != b["attempts"][0]["worker_pid"]
+    assert "replaced before the next case" in proc.stderr
+
+
 def harness_run(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``harness run cases --code-root code ...`` in ``project``, as a user runs it."""
     return subprocess.run(

@@ -1,0 +1,70 @@
+"""A runner profile's ``preimport``: the modules a persistent worker imports before it says it
+is ready (the default: numpy and torch, so that no case's first attempt pays for them), ``[]``
+for a stack that uses neither; through the real CLI and real workers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.platforms.profile import ProfileError, load_profile
+
+TARGET = """
+import sys
+from harness import probe
+
+def loaded():
+    probe.note("torch_loaded", "torch" in sys.modules)
+"""
+
+CASE = """
+[[case]]
+id = "what-is-loaded"
+kind = "loader"
+target = "pre:loaded"
+"""
+
+
+def run(tmp_path: Path, runner: str) -> dict[str, object]:
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "pre.py").write_text(TARGET)
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "pre.toml").write_text(CASE)
+    (tmp_path / "runners").mkdir()
+    (tmp_path / "runners" / "r.toml").write_text(runner)
+    cli = [sys.executable, "-m", "harness.cli", "run", "cases", "--code-root", "code"]
+    proc = subprocess.run(
+        [*cli, "--runner", "runners/r.toml", "--run-id", "r", "-q"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads((tmp_path / "reports" / "r" / "report.json").read_text())
+    notes: dict[str, object] = doc["cases"][0]["attempts"][0]["notes"]
+    return notes
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("line", "torch"), [("", True), ("preimport = []", False)])
+def test_the_worker_imports_what_the_profile_names_before_the_first_case(
+    tmp_path: Path, line: str, torch: bool
+) -> None:
+    """The harness's own worker imports numpy whatever the profile says; torch only if asked
+    (by default) or by the code under test."""
+    notes = run(tmp_path, f'name = "r"\nplatform = "cpu"\n{line}\n')
+    assert notes["torch_loaded"] is torch
+
+
+@pytest.mark.parametrize("value", ['"torch"', '["torch", 3]', '["not a module"]', '["a..b"]'])
+def test_a_bad_preimport_names_the_file_and_the_key(tmp_path: Path, value: str) -> None:
+    path = tmp_path / "r.toml"
+    path.write_text(f'name = "r"\npreimport = {value}\n')
+    with pytest.raises(ProfileError, match=r"r\.toml: key 'preimport'.*list of module names"):
+        load_profile(path)
