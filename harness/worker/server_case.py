@@ -45,9 +45,13 @@ from harness.model import Case
 from harness.model.hang import HangDiagnosis
 from harness.model.provenance import CHECKOUT_ENV, TARGET_FILE
 from harness.model.server import OutputSpec, RequestSpec, ServerSpec
+from harness.worker.command_file import command_file
 from harness.worker.hang_diagnosis import diagnose
 
 TAIL_LINES = 200
+# The note naming the file a server's command runs (code provenance reads every note that ends
+# in ``harness.target_file``).
+COMMAND_FILE = "server.command." + TARGET_FILE
 BODY_CHARS = 2000
 _POLL_FIRST_S = 0.01
 _POLL_CAP_S = 0.05  # a 200 is seen within 100 ms even with a slow poll (measured)
@@ -430,7 +434,13 @@ def run_server_case(
     # in the command is that checkout's; elsewhere in the worker's working folder.
     cwd = os.environ.get(CHECKOUT_ENV) or None
     probe.note("server.cwd", cwd or os.getcwd())
-    server = Server(argv, server_env(spec, port, perf), log, cwd=cwd)
+    env = server_env(spec, port, perf)
+    server = Server(argv, env, log, cwd=cwd)
+    # The file the command runs (``python -m pkg.serve``, a script), for code provenance where
+    # the server never calls probe.request; a console script resolves to nothing.
+    code = command_file(argv, env, cwd or os.getcwd())
+    if code is not None:
+        probe.note(COMMAND_FILE, code)
     several = len(case.requests) > 1
     ids: dict[str, str] = {}
     try:

@@ -164,6 +164,9 @@ def test_each_side_serves_its_own_checkout_and_head_s_change_is_seen(tmp_path: P
         report = json.loads((runs / "c" / side / "report.json").read_text())
         attempts = [a for c in report["cases"] for a in c["attempts"]]
         served[side] = {a["notes"].get("server.harness.target_file") for a in attempts}
+        # the module its command runs (resolved without the perf log) is the same file
+        run = {a["notes"].get("server.command.harness.target_file") for a in attempts}
+        assert run == served[side], (side, run, served[side])
     tree = repo.resolve()
     # each side's server imported its own checkout's toysrv/serve.py (not the working tree's,
     # which is at base and would be first on the path of `python -m` run from it)
