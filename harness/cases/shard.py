@@ -12,6 +12,12 @@ that says how it was made: the median seconds per run of the recorded cases of t
 else of every recorded case, else a per-kind default, times the case's runs (warm-ups plus
 repeats).
 
+Each item also says what it needs of a machine (:class:`Needs`): its rank count (a multi-rank
+case's ``ranks``, a server's ``[case.server] ranks``) and its device slots, one per rank on a
+platform that pins devices (``pinned``: cuda, hip, npu; none on the CPU). A shard's machine
+needs as many as its widest item; that does not move the split, which balances seconds (the
+ranks of a case run at once, so a case's seconds are its wall time).
+
 Example::
 
     plan = split(build_plan(cases, ["cpu"]), 4, recorded_durations([previous_report]))
@@ -26,7 +32,7 @@ import heapq
 import json
 import re
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from harness.cases.plan import PlanItem
@@ -151,6 +157,21 @@ def expected_seconds(
     return out
 
 
+@dataclass(frozen=True)
+class Needs:
+    """What one plan item needs of a machine: its processes (ranks) and device slots."""
+
+    ranks: int
+    devices: int  # one per rank where the platform pins devices; 0 elsewhere or when skipped
+
+
+def needs(item: PlanItem, pinned: Collection[str]) -> Needs:
+    """``item``'s rank count and device slots; ``pinned`` names the platforms that pin devices."""
+    ranks = item.case.rank_count
+    takes = item.platform in pinned and item.skip_reason is None
+    return Needs(ranks, ranks if takes else 0)
+
+
 def batch_name(item: PlanItem, by: str) -> str:
     """The batch an item belongs to under rule ``by`` (see :data:`BATCH_RULES`)."""
     if by == "case":
@@ -173,6 +194,17 @@ class ShardPlan:
     shard_of: tuple[int, ...]
     digest: str
     nonce: str | None = None
+    needs: tuple[Needs, ...] = ()  # per item; empty: not known (every item one rank, no device)
+
+    def need_of(self, i: int) -> Needs:
+        return self.needs[i] if self.needs else Needs(self.items[i].case.rank_count, 0)
+
+    def devices_of(self, index: int) -> int:
+        """The device slots shard ``index``'s machine needs: those of its widest item."""
+        return max(
+            (self.need_of(i).devices for i, s in enumerate(self.shard_of) if s == index),
+            default=0,
+        )
 
     def items_of(self, index: int) -> list[PlanItem]:
         return [it for it, s in zip(self.items, self.shard_of, strict=True) if s == index]
@@ -234,9 +266,11 @@ def split(
     *,
     by: str = "case",
     nonce: str | None = None,
+    pinned: Collection[str] = (),
 ) -> ShardPlan:
     """Cut ``items`` into ``count`` shards, longest batch first onto the least-loaded shard.
-    ``nonce`` (see :func:`plan_nonce`) is recorded in every shard's report as is."""
+    ``nonce`` (see :func:`plan_nonce`) is recorded in every shard's report as is; ``pinned``
+    names the platforms whose items take a device slot per rank (:class:`Needs`)."""
     check_shard_count(count)
     expected = expected_seconds(items, recorded or {})
     batches: dict[str, list[int]] = {}
@@ -256,7 +290,16 @@ def split(
             shard_of[i] = index
         heapq.heappush(heap, (load + seconds[name], index))
     digest = plan_digest(count, by, ((it.name, s) for it, s in zip(items, shard_of, strict=True)))
-    return ShardPlan(count, by, tuple(items), tuple(expected), tuple(shard_of), digest, nonce=nonce)
+    return ShardPlan(
+        count,
+        by,
+        tuple(items),
+        tuple(expected),
+        tuple(shard_of),
+        digest,
+        nonce=nonce,
+        needs=tuple(needs(it, pinned) for it in items),
+    )
 
 
 # Where a plan's nonce comes from when --plan-nonce is not given: an environment variable set
@@ -289,11 +332,13 @@ __all__ = [
     "BATCH_RULES",
     "DEFAULT_RUN_S",
     "Expected",
+    "Needs",
     "Recorded",
     "ShardPlan",
     "batch_name",
     "check_shard_count",
     "expected_seconds",
+    "needs",
     "parse_shard_spec",
     "plan_digest",
     "plan_nonce",

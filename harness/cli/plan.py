@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.cases import build_plan
-from harness.cases.shard import ShardPlan, check_shard_count
+from harness.cases.shard import Needs, ShardPlan, check_shard_count
 from harness.cli.sharding import add_split_args, check_split_args, shard_plan
 from harness.cli.suite import add_suite_args, load, platforms
 from harness.errors import UsageError
-from harness.platforms.profile import resolve_profile
+from harness.platforms.profile import Profile, resolve_profile
 
 PLAN_EXAMPLE = """\
 examples:
@@ -57,6 +57,8 @@ def main(args: argparse.Namespace) -> int:
     items = build_plan(suite.cases, platforms(args, profile.platform), args.keyword)
     if args.shards is not None:
         split = shard_plan(args, items, args.shards)
+        for line in device_warnings(split, profile):
+            print(f"warning: {line}", file=sys.stderr)
         if args.json:
             print(json.dumps(split_json(split), indent=2))
         else:
@@ -86,6 +88,31 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
+def device_warnings(split: ShardPlan, profile: Profile) -> list[str]:
+    """A shard whose items need more device slots than the runner profile shares out: its
+    ranks would share devices (round robin), which a collective backend may refuse."""
+    have = profile.device_count
+    if have < 1:
+        return []
+    out = []
+    for index in range(1, split.count + 1):
+        wants = max(
+            (
+                split.need_of(i).devices
+                for i, (it, s) in enumerate(zip(split.items, split.shard_of, strict=True))
+                if s == index and it.platform == profile.platform
+            ),
+            default=0,
+        )
+        if wants > have:
+            out.append(
+                f"shard {index}/{split.count} needs {wants} device slots on {profile.platform} "
+                f"(one per rank), but {profile.source or 'the runner profile'} has device_count "
+                f"= {have}: its ranks would share devices"
+            )
+    return out
+
+
 def split_json(split: ShardPlan) -> dict[str, Any]:
     loads = split.loads()
     return {
@@ -100,6 +127,7 @@ def split_json(split: ShardPlan) -> dict[str, Any]:
             {
                 "index": index,
                 "expected_s": round(loads[index - 1], 6),
+                "devices": split.devices_of(index),
                 "cases": [
                     {
                         "name": it.name,
@@ -108,8 +136,12 @@ def split_json(split: ShardPlan) -> dict[str, Any]:
                         "platform": it.platform,
                         "expected_s": round(e.seconds, 6),
                         "estimate": e.estimate,
+                        "ranks": split.need_of(i).ranks,
+                        "devices": split.need_of(i).devices,
                     }
-                    for it, e, s in zip(split.items, split.expected, split.shard_of, strict=True)
+                    for i, (it, e, s) in enumerate(
+                        zip(split.items, split.expected, split.shard_of, strict=True)
+                    )
                     if s == index
                 ],
             }
@@ -118,18 +150,31 @@ def split_json(split: ShardPlan) -> dict[str, Any]:
     }
 
 
+def _needs_text(need: Needs) -> str:
+    """``  ranks=2 devices=2`` for an item of several ranks or any device slot, else empty."""
+    if need.ranks < 2 and not need.devices:
+        return ""
+    return f"  ranks={need.ranks} devices={need.devices}"
+
+
 def print_split(split: ShardPlan) -> None:
     loads = split.loads()
     for index in range(1, split.count + 1):
         members = [
-            (it, e)
-            for it, e, s in zip(split.items, split.expected, split.shard_of, strict=True)
+            (it, e, split.need_of(i))
+            for i, (it, e, s) in enumerate(
+                zip(split.items, split.expected, split.shard_of, strict=True)
+            )
             if s == index
         ]
-        print(f"shard {index}/{split.count}: {len(members)} case(s), {loads[index - 1]:.2f} s")
-        for it, e in members:
+        devices = split.devices_of(index)
+        slots = f", needs {devices} device slot(s)" if devices else ""
+        print(
+            f"shard {index}/{split.count}: {len(members)} case(s), {loads[index - 1]:.2f} s{slots}"
+        )
+        for it, e, need in members:
             how = f"  (estimated: {e.estimate})" if e.estimate else ""
-            print(f"  {it.name}  {e.seconds:.2f} s{how}")
+            print(f"  {it.name}  {e.seconds:.2f} s{_needs_text(need)}{how}")
     estimated = sum(1 for e in split.expected if e.estimate is not None)
     longest = max(loads, default=0.0)
     ideal = split.ideal_s()

@@ -11,6 +11,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from harness import platforms
 from harness.cases import PlanItem
 from harness.cases.shard import BATCH_RULES, ShardPlan, plan_nonce, recorded_durations, split
 from harness.errors import UsageError
@@ -46,7 +47,19 @@ def add_split_args(p: argparse.ArgumentParser) -> None:
 def shard_plan(args: argparse.Namespace, items: Sequence[PlanItem], count: int) -> ShardPlan:
     reports = [read_report(path) for path in args.durations or ()]
     nonce = plan_nonce(args.plan_nonce, os.environ)
-    return split(items, count, recorded_durations(reports), by=args.shard_by, nonce=nonce)
+    return split(
+        items,
+        count,
+        recorded_durations(reports),
+        by=args.shard_by,
+        nonce=nonce,
+        pinned=pinning_platforms(),
+    )
+
+
+def pinning_platforms() -> frozenset[str]:
+    """The platforms that pin a worker to devices (a rank there takes a device slot)."""
+    return frozenset(n for n in platforms.known() if platforms.get(n).visible_devices_env)
 
 
 def check_split_args(args: argparse.Namespace, sharded: bool, needs: str) -> None:

@@ -1,6 +1,8 @@
 """Code provenance (DESIGN.md "Code provenance"): did each side of a comparison run its own code?
 
-Every attempt records the file its target was imported from (the note ``harness.target_file``).
+Every attempt records the file its target was imported from (the note ``harness.target_file``),
+and the files every other process of it ran: each rank of a multi-rank case, each rank of a
+server that called ``harness.probe.request`` (:mod:`harness.model.provenance`).
 A side's file must lie inside that side's own places: its checkout and code roots, and, in a
 comparison of two environments, its own environment (``sys.prefix``) too. Two sides from
 different checkouts that name one file ran one copy of the code twice. Either way the case is
@@ -27,8 +29,9 @@ from harness.cases import PlanItem
 from harness.execution.workers import SideSpec
 from harness.model import CaseResult, Side
 from harness.model.counting import ran
+from harness.model.provenance import TARGET_FILE, code_files
 
-NOTE = "harness.target_file"
+NOTE = TARGET_FILE
 
 __all__ = ["NOTE", "Origin", "check", "live_origin", "origin_from_env", "target_files"]
 
@@ -83,11 +86,13 @@ def origin_from_env(env: Mapping[str, Any], *, own_env: bool) -> Origin:
 
 
 def target_files(result: CaseResult | None) -> list[str]:
-    """The distinct files the side's target came from, over every attempt that ran."""
+    """The distinct files the side's code under test came from, over every attempt that ran:
+    its target's, every rank's of a multi-rank case, the server's ranks' (see
+    :func:`harness.model.provenance.code_files`)."""
     if result is None:
         return []
-    files = (a.notes.get(NOTE) for a in ran(result.attempts))
-    return list(dict.fromkeys(f for f in files if isinstance(f, str) and f != "None"))
+    files = (f for a in ran(result.attempts) for f in code_files(a.notes).values())
+    return list(dict.fromkeys(files))
 
 
 def check(

@@ -55,6 +55,7 @@ from harness.model import (
     Side,
     SideInfo,
 )
+from harness.model.provenance import code_files
 from harness.platforms.profile import Profile
 from harness.report.comparison_io import render_comparison
 from harness.report.io import write_run
@@ -111,8 +112,7 @@ def side_code_files(report: RunReport) -> dict[str, str]:
     out: dict[str, str] = {}
     for c in report.cases:
         for a in c.attempts:
-            f = a.notes.get("harness.target_file")
-            if isinstance(f, str):
+            for f in code_files(a.notes).values():
                 out.setdefault(c.id, f)
     return out
 

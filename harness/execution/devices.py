@@ -6,7 +6,8 @@ the profile has a ``device_count``: platforms take slots in the order they are f
 (:func:`harness.platforms.devices.device_slot` maps a slot to a device, an xdist worker
 ``gwJ`` taking device J mod N), and the base and head workers of one platform share its
 device, so the two sides of a same-runner comparison run on one device, never two (they
-never run at the same time).
+never run at the same time). A multi-rank or multi-rank server case runs in a worker of its own
+that owns one device per rank (:meth:`DeviceAssignment.for_ranks`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,17 @@ class DeviceAssignment:
         self._slots.setdefault((side, platform), slot)
         device = device_slot(slot, prof.device_count, os.environ)
         return () if device is None else (device,)
+
+    def for_ranks(self, devices: tuple[int, ...], ranks: int) -> tuple[int, ...]:
+        """The devices a case of ``ranks`` processes runs on, from a worker pinned to
+        ``devices``: that many device slots from its first one on (mod the profile's
+        ``device_count``; fewer when the profile has fewer, the ranks then sharing them round
+        robin). Unpinned (``()``) or enough already: ``devices`` as they are."""
+        count = self.profile.device_count
+        if not devices or ranks <= len(devices) or count < 1:
+            return devices
+        first = devices[0]
+        return tuple((first + i) % count for i in range(min(ranks, count)))
 
     def groups(self) -> int:
         """How many worker groups have taken a device slot so far."""

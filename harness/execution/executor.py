@@ -219,6 +219,9 @@ class Executor:
                 ),
             )
         spec = case_worker(resolved.worker, self.sides[side], case)
+        wide = self.devices.for_ranks(spec.devices, case.rank_count)
+        if wide != spec.devices:  # one device per rank: a worker of its own owns them
+            spec = replace(spec, devices=wide)
         t0 = time.perf_counter()
         oom_before = oom_kill_count()
         handle: WorkerHandle | None = None

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from harness.execution.pool import WorkerSpec
 from harness.model import Case, Side
+from harness.model.provenance import CHECKOUT_ENV
 
 __all__ = ["SideSpec", "case_worker", "side_worker"]
 
@@ -51,13 +52,15 @@ def side_worker(
     kw: dict[str, object] = {}
     if preimport is not None:
         kw["preimport"] = preimport
+    extra: list[tuple[str, str]] = []
     if threads is not None:
         n = str(threads)
-        kw["extra_env"] = (
-            ("OMP_NUM_THREADS", n),
-            ("MKL_NUM_THREADS", n),
-            ("HARNESS_THREADS", n),
-        )
+        extra += [("OMP_NUM_THREADS", n), ("MKL_NUM_THREADS", n), ("HARNESS_THREADS", n)]
+    if spec.repo is not None:
+        # The side's checkout, where its server cases start their servers.
+        extra.append((CHECKOUT_ENV, spec.repo))
+    if extra:
+        kw["extra_env"] = tuple(extra)
     return WorkerSpec(
         platform=platform,
         code_roots=spec.code_roots,

@@ -93,6 +93,13 @@ class Case:
     def runs_on(self, platform: str) -> bool:
         return self.platforms == "any" or platform in self.platforms
 
+    @property
+    def rank_count(self) -> int:
+        """How many processes run the code under test: ``ranks``, or a server case's
+        ``[case.server] ranks``. Where the platform pins devices each needs a device of its own
+        (a shard plan's device slots, the devices its worker owns)."""
+        return self.server.ranks if self.server is not None else self.ranks
+
 
 _SCALARS = (str, int, float, bool, type(None))
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -218,7 +219,12 @@ def request(request_id: str, *, rank: int | None = None) -> AbstractContextManag
     folder = perf_folder()
     if folder is None:
         return contextlib.nullcontext()
-    return RequestScope(folder, str(request_id), rank, _request_recorder, _swap)
+    # The file that serves the request (the caller's): which checkout the server's code came
+    # from, for code provenance in a comparison.
+    caller = sys._getframe(1).f_code.co_filename
+    return RequestScope(
+        folder, str(request_id), rank, _request_recorder, _swap, code_file=os.path.abspath(caller)
+    )
 
 
 def _request_recorder() -> _Recorder:

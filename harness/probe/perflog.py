@@ -15,14 +15,16 @@ One line (keys in this order)::
      "pid": 4242, "started_at": 1764650000.123, "wall_s": 0.41,
      "stages": {"DenoisingStage": 0.30, ...}, "stage_cpu": {...},
      "fingerprints": {"denoise.step00": {"hash": ..., "shape": [...], ...}, ...},
-     "inputs": {...}, "notes": {...}, "unclosed": [], "error": null}
+     "inputs": {...}, "notes": {...}, "unclosed": [], "error": null,
+     "code_file": "/wt/head/targets/tinyav/tinyav/serve/engine.py"}
 
 ``started_at`` is Unix time when the request opened, ``wall_s`` its wall seconds, ``error``
-``"<Type>: <message>"`` when the block raised (the line is still written). Outputs are not
-recorded (``probe.output`` does nothing inside a request): the server answers with them, and
-decoding its MP4 to count NaNs cost a tinyav request more than everything else here. Without the
-environment variable nothing is recorded and :func:`harness.probe.request` is a
-``nullcontext``.
+``"<Type>: <message>"`` when the block raised (the line is still written), ``code_file`` the
+file that called :func:`harness.probe.request` (which checkout served it: code provenance).
+Outputs are not recorded (``probe.output`` does nothing inside a request): the server answers
+with them, and decoding its MP4 to count NaNs cost a tinyav request more than everything else
+here. Without the environment variable nothing is recorded and :func:`harness.probe.request` is
+a ``nullcontext``.
 """
 
 from __future__ import annotations
@@ -94,12 +96,14 @@ class RequestScope:
         rank: int | None,
         new_recorder: Callable[[], Any],
         swap: Callable[[Any], Any],
+        code_file: str | None = None,
     ) -> None:
         self.folder = folder
         self.request_id = request_id
         self.rank = env_rank() if rank is None else int(rank)
         self.new_recorder = new_recorder
         self.swap = swap
+        self.code_file = code_file
         self.rec: Any = None
         self.previous: Any = None
         self.started_at = 0.0
@@ -133,5 +137,6 @@ class RequestScope:
             "notes": dict(rec.notes),
             "unclosed": list(unclosed),
             "error": None if exc_type is None else f"{exc_type.__name__}: {exc}",
+            "code_file": self.code_file,
         }
         append_line(perf_file(self.folder, self.rank), record)

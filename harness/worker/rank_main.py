@@ -56,6 +56,10 @@ def _run(job: dict[str, Any]) -> dict[str, Any]:
     status, error = "passed", None
     try:
         fn = resolve_target(str(case.target))
+        # Which file this rank's target came from, as the worker records it (code provenance).
+        module = sys.modules.get(getattr(fn, "__module__", "") or "")
+        file = getattr(module, "__file__", None)
+        probe.note("harness.target_file", os.path.abspath(file) if file else "None")
         fn(**dict(case.params))
     except AssertionError as exc:
         status = "failed"

@@ -38,6 +38,7 @@ from typing import Any
 from harness import platforms, probe
 from harness.model import Case, CheckResult
 from harness.model.hang import HangDiagnosis
+from harness.model.provenance import TARGET_FILE
 from harness.model.ranks import RANK_PREFIX, Consistency, RanksRecord, check_consistency
 from harness.platforms.devices import PINNED_ENV
 from harness.worker.hang_diagnosis import DEADLINE_S, diagnose
@@ -146,7 +147,10 @@ class Ranks:
     def _start(self, rank: int, job: dict[str, Any], env: dict[str, str]) -> None:
         job_file = self.folder / f"rank{rank}.job.json"
         job_file.write_text(json.dumps(job), encoding="utf-8")
-        argv = [sys.executable, "-m", "harness.worker.rank_main", str(job_file)]
+        # -P: the code under test comes from PYTHONPATH (the side's code roots first), never
+        # from the working folder that ``-m`` would put first (the working tree, in a
+        # comparison run from it): as the worker itself is started (code provenance).
+        argv = [sys.executable, "-P", "-m", "harness.worker.rank_main", str(job_file)]
         with self.logs[rank].open("wb") as fh:
             self.procs.append(
                 subprocess.Popen(
@@ -243,6 +247,9 @@ def _absorb_other(rank: int, result: Mapping[str, Any]) -> None:
     probe._absorb({}, {}, result.get("fingerprints", {}), prefix)
     for stage, seconds in result.get("stages", {}).items():
         probe.note(f"{prefix}{stage}", seconds)
+    file = result.get("notes", {}).get(TARGET_FILE)
+    if file is not None:  # which file this rank ran (code provenance checks every rank's)
+        probe.note(f"{prefix}{TARGET_FILE}", file)
 
 
 def _outcome(results: Mapping[int, Mapping[str, Any] | None], ranks: Ranks) -> RanksError | None:

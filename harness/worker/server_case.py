@@ -43,10 +43,15 @@ from typing import Any
 from harness import probe
 from harness.model import Case
 from harness.model.hang import HangDiagnosis
+from harness.model.provenance import CHECKOUT_ENV, TARGET_FILE
 from harness.model.server import OutputSpec, RequestSpec, ServerSpec
+from harness.worker.command_file import command_file
 from harness.worker.hang_diagnosis import diagnose
 
 TAIL_LINES = 200
+# The note naming the file a server's command runs (code provenance reads every note that ends
+# in ``harness.target_file``).
+COMMAND_FILE = "server.command." + TARGET_FILE
 BODY_CHARS = 2000
 _POLL_FIRST_S = 0.01
 _POLL_CAP_S = 0.05  # a 200 is seen within 100 ms even with a slow poll (measured)
@@ -147,7 +152,9 @@ def _reap(pids: Sequence[int], block: bool) -> None:
 class Server:
     """A started server: its process (the group leader), command and log."""
 
-    def __init__(self, argv: list[str], env: Mapping[str, str], log: Path) -> None:
+    def __init__(
+        self, argv: list[str], env: Mapping[str, str], log: Path, cwd: str | None = None
+    ) -> None:
         self.argv = argv
         self.log = log
         with log.open("wb") as fh:
@@ -157,6 +164,7 @@ class Server:
                 stdout=fh,
                 stderr=subprocess.STDOUT,
                 env=dict(env),
+                cwd=cwd,
                 start_new_session=True,
             )
         self.started = time.monotonic()
@@ -363,6 +371,7 @@ def record_perf_log(folder: Path, ids: Mapping[str, str]) -> None:
                 other[key] = other.get(key, 0.0) + float(seconds)
         if line.get("error"):
             probe.note(f"server.rank{rank}.{prefix}error", str(line["error"]))
+        _note_code_file(line)
     for key, seconds in other.items():
         probe.note(key, seconds)
     missing = [rid for rid in ids if rid not in seen]
@@ -372,6 +381,22 @@ def record_perf_log(folder: Path, ids: Mapping[str, str]) -> None:
             f"no perf-log line for request ids {missing} in {folder} (a server that does not "
             "call harness.probe.request records no server-side stages)",
         )
+
+
+def _note_code_file(line: Mapping[str, Any]) -> None:
+    """The file that served a request on its rank (``code_file`` of its perf-log line), noted
+    for code provenance: ``server.harness.target_file`` (rank 0), ``server.rank<R>....``."""
+    if isinstance(line.get("code_file"), str):
+        rank = line.get("rank", 0)
+        key = "server." if rank == 0 else f"server.rank{rank}."
+        probe.note(key + TARGET_FILE, line["code_file"])
+
+
+def note_code_files(folder: Path, ids: Mapping[str, str]) -> None:
+    """Code provenance of a failed attempt's requests (the other records are not kept)."""
+    for line in _perf_lines(folder):
+        if str(line.get("request_id")) in ids:
+            _note_code_file(line)
 
 
 def diagnosis_summary(d: HangDiagnosis) -> str:
@@ -404,7 +429,18 @@ def run_server_case(
     probe.note("server.port", port)
     probe.note("server.ranks", spec.ranks)
     probe.note("server.log", str(log))
-    server = Server(argv, server_env(spec, port, perf), log)
+    # The server runs in the side's checkout (a comparison's worker names it), so that each
+    # side starts its own: ``python -m`` puts it first on the path and a relative script path
+    # in the command is that checkout's; elsewhere in the worker's working folder.
+    cwd = os.environ.get(CHECKOUT_ENV) or None
+    probe.note("server.cwd", cwd or os.getcwd())
+    env = server_env(spec, port, perf)
+    server = Server(argv, env, log, cwd=cwd)
+    # The file the command runs (``python -m pkg.serve``, a script), for code provenance where
+    # the server never calls probe.request; a console script resolves to nothing.
+    code = command_file(argv, env, cwd or os.getcwd())
+    if code is not None:
+        probe.note(COMMAND_FILE, code)
     several = len(case.requests) > 1
     ids: dict[str, str] = {}
     try:
@@ -427,11 +463,13 @@ def run_server_case(
         left = server.stop(spec.stop_timeout_s)
         if left:
             probe.note("server.left_behind", _left_text(left, spec))
+        note_code_files(perf, ids)
         raise
     except BaseException:
         left = server.stop(spec.stop_timeout_s)
         if left:
             probe.note("server.left_behind", _left_text(left, spec))
+        note_code_files(perf, ids)
         raise
     left = server.stop(spec.stop_timeout_s)
     probe.note("server.exit_code", server.proc.returncode)

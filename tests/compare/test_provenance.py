@@ -122,3 +122,27 @@ def test_saved_runs_whose_target_came_from_elsewhere_are_not_comparable(
     req = CompareRequest(out_root=tmp_path / "out", comparison_id="y", noise_dir=None)
     (c,) = compare_reports(a, good, request=req).cases
     assert c.verdict != "not_comparable", c.reason
+
+
+def served(worker: str | None, **others: str) -> CaseResult:
+    """A case whose attempt noted the worker's target file (None: none, as a server case) and
+    other processes' files under prefixed keys (``rank1``, ``server``, ``server.rank1``)."""
+    notes: dict[str, Any] = {f"{k.replace('_', '.')}.{NOTE}": f for k, f in others.items()}
+    if worker is not None:
+        notes[NOTE] = worker
+    att = Attempt("c", "cpu", 0, "passed", 1, side="head", notes=notes, duration_s=1.0)
+    return CaseResult("c", "server", "cpu", "passed", attempts=(att,), side="head")
+
+
+def test_a_server_rank_or_a_rank_from_another_checkout_is_not_comparable() -> None:
+    ok = served(None, server="/w/head/srv.py", server_rank1="/w/head/srv.py")
+    assert target_files(ok) == ["/w/head/srv.py"]
+    assert check(served(None, server="/w/base/srv.py"), ok, {"base": B, "head": H}) is None
+    # rank 1 of head's server imported the working tree's copy: not head's code
+    stray = served(None, server="/w/head/srv.py", server_rank1="/tree/srv.py")
+    why = check(served(None, server="/w/base/srv.py"), stray, {"base": B, "head": H})
+    assert why is not None and "head's target came from outside" in why and "/tree/srv.py" in why
+    # rank 1 of a multi-rank case, likewise
+    ranks = served("/w/head/tp.py", rank1="/tree/tp.py")
+    assert target_files(ranks) == ["/w/head/tp.py", "/tree/tp.py"]
+    assert check(served("/w/base/tp.py"), ranks, {"base": B, "head": H}) is not None

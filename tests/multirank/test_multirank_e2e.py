@@ -108,6 +108,10 @@ def test_every_rank_is_recorded_and_rank_0_is_judged(run: dict[str, Any]) -> Non
     assert (fps["rank"]["min"], fps["rank1.rank"]["min"]) == (0, 1)
     assert list(attempt["stages"]) == ["init", "work", "allreduce"]  # rank 0's
     assert {"rank1.init", "rank1.work", "rank1.allreduce"} <= set(attempt["notes"])
+    # every rank noted the file its target came from (code provenance checks each rank's)
+    notes = attempt["notes"]
+    assert notes["harness.target_file"].endswith("toy_ranks.py"), notes
+    assert notes["rank1.harness.target_file"] == notes["harness.target_file"]
     ranks = attempt["ranks"]
     assert ranks["world_size"] == 2 and set(ranks["stages"]) == {"0", "1"}
     assert ranks["exits"] == {"0": "exit 0", "1": "exit 0"}

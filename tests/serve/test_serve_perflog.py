@@ -52,6 +52,7 @@ def test_each_request_is_one_line_with_its_stages_and_fingerprints(
     assert first["notes"] == {"serve.tp": 2} and first["error"] is None
     assert "outputs" not in first
     assert first["schema"] == "harness.perf/1" and first["started_at"] > 0  # type: ignore[operator]
+    assert first["code_file"] == os.path.abspath(__file__)  # who served it: code provenance
     assert not probe.active()
 
 

@@ -64,3 +64,12 @@ def test_a_request_that_failed_in_the_server_is_noted(tmp_path: Path) -> None:
     append_line(perf_file(tmp_path, 0, pid=1), line("c-0-0", 0, 0.1, error="ValueError: x"))
     rec = recorded(tmp_path, {"c-0-0": ""})
     assert rec.notes["server.rank0.error"] == "ValueError: x"
+
+
+def test_the_file_that_served_each_rank_is_noted_for_provenance(tmp_path: Path) -> None:
+    for rank in (0, 1):
+        code = f"/wt/head/srv/engine{rank}.py"
+        append_line(perf_file(tmp_path, rank, pid=rank), line("c-0-0", rank, 0.1, code_file=code))
+    rec = recorded(tmp_path, {"c-0-0": ""})
+    assert rec.notes["server.harness.target_file"] == "/wt/head/srv/engine0.py"
+    assert rec.notes["server.rank1.harness.target_file"] == "/wt/head/srv/engine1.py"
