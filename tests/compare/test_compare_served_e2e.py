@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from scratchrepo import REPO, git
+from scratchrepo import git
 
 pytestmark = pytest.mark.slow
 
@@ -121,6 +121,8 @@ def make_repo(root: Path) -> Path:
 def test_each_side_serves_its_own_checkout_and_head_s_change_is_seen(tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
     runs = tmp_path / "runs"
+    runner = tmp_path / "toy-runner.toml"  # the toy uses no torch: workers do not import it
+    runner.write_text('name = "cpu"\nplatform = "cpu"\nthreads = 1\npreimport = []\n')
     proc = subprocess.run(
         [
             sys.executable,
@@ -138,7 +140,7 @@ def test_each_side_serves_its_own_checkout_and_head_s_change_is_seen(tmp_path: P
             "--reuse-workers",  # provenance and outputs, not latency, are the subject
             "--no-confirm",
             "--runner",
-            str(REPO / "runners" / "cpu.toml"),
+            str(runner),
             "--noise-dir",
             str(runs / "noise"),
             "--references",
