@@ -183,16 +183,19 @@ def looks_for(rounds: int | None) -> tuple[int, ...]:
 
 
 def _interruptible(run: Callable[[], Comparison]) -> Comparison:
-    """``run()`` with SIGTERM raised as Ctrl-C: a live comparison still writes what finished."""
+    """``run()`` with SIGINT and SIGTERM raised as Ctrl-C: a live comparison still writes what
+    finished. SIGINT too, explicitly: a shell without job control starts a background command
+    with SIGINT ignored, and Python then leaves it ignored."""
 
     def on_signal(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    old = signal.signal(signal.SIGTERM, on_signal)
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         return run()
     finally:
-        signal.signal(signal.SIGTERM, old)
+        for s, handler in old.items():
+            signal.signal(s, handler)
 
 
 def main(args: argparse.Namespace) -> int:

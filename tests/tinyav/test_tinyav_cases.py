@@ -36,7 +36,11 @@ def test_ids_unique_and_kinds_match_folders() -> None:
     assert len(CASES) >= 40
     for c in CASES:
         folder = Path(c.source).parent.name
-        assert c.kind == folder or (c.kind == "import" and folder == "quant"), c.id
+        assert (
+            c.kind == folder
+            or (c.kind == "import" and folder == "quant")
+            or (c.ranks > 1 and folder == "multirank" and c.kind in ("pipeline", "quant"))
+        ), c.id
         assert c.fresh_process == (c.kind == "import"), c.id
 
 
@@ -57,7 +61,11 @@ def _note_checks(case: Case, notes: dict[str, Any]) -> None:
         )
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if not c.fresh_process], ids=lambda c: c.id)
+# a multi-rank case's notes are its ranks' (rank 0 holds a TP shard): it runs in its ranks, in
+# the bundled suite (tests/e2e) and tests/multirank, not called here in one process
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if not c.fresh_process and c.ranks == 1], ids=lambda c: c.id
+)
 def test_case_passes_here(case: Case, tmp_path: Path) -> None:
     rec = probe._begin(seed=case.seed, platform="cpu", output_dir=tmp_path / "out")
     try:
@@ -115,7 +123,9 @@ def test_latency_budgets_live_in_the_cpu_runner_profile() -> None:
 
     assert all(not c.budget for c in CASES), [c.id for c in CASES if c.budget]
     budgets = resolve_profile("cpu", ROOT / "runners").budgets
-    pipeline_ids = {c.id for c in CASES if c.kind == "pipeline"}
+    # a multi-rank case is compared, not budgeted: its stage times are rank 0's under gloo, a
+    # budget for them is not sized yet
+    pipeline_ids = {c.id for c in CASES if c.kind == "pipeline" and c.ranks == 1}
     assert set(budgets) == pipeline_ids
     for case_id, stages in budgets.items():
         assert "DenoisingStage" in stages, case_id

@@ -35,6 +35,7 @@ def tp_t2va(
     request's ``seed`` is its own (as a server request's is), so TP 2 is judged against the
     TP 1 server's reference."""
     from tinyav.checkpoint import write_checkpoint
+    from tinyav.loader import quantized_modules
     from tinyav.scenarios.pipeline import QUANT_FORMATS
     from tinyav.serve.distributed import RankInfo
     from tinyav.serve.engine import Engine
@@ -50,6 +51,8 @@ def tp_t2va(
             variant=variant,  # type: ignore[arg-type]
         )
         engine = Engine.load(ckpt, platform, info)
+        # what the loader built on this rank, counted on its (sharded) model
+        probe.note("loader.quantized_layers", len(quantized_modules(engine.pipe.dit)))
         job = {
             "request_id": f"tp{info.world_size}-rank{info.rank}",
             "request": {
