@@ -335,35 +335,33 @@ def _attention_row(kind: str, case: CaseResult) -> str:
     )
 
 
+def _whole_section(doc: Budget, lines: list[str]) -> None:
+    """``lines`` after a blank line, whole or not at all (a cut fence or table would swallow
+    the rest of the summary); a section left out is counted."""
+    if doc.left_out or not doc.fits("\n".join(["", *lines])):
+        doc.left_out += 1
+        return
+    doc.force("")
+    for line in lines:
+        doc.force(line)
+
+
 def _hang_sections(doc: Budget, report: RunReport) -> None:
-    """Each timed-out attempt's hang diagnosis, whole or not at all (a cut fence would swallow
-    the rest of the summary)."""
+    """Each timed-out attempt's hang diagnosis."""
     from harness.report.hang_md import hang_attempts, hang_lines  # it imports this module
 
     for case, attempt in hang_attempts(report.cases):
-        lines = list(hang_lines(case, attempt))
-        if doc.left_out or not doc.fits("\n".join(["", *lines])):
-            doc.left_out += 1
-            continue
-        doc.force("")
-        for line in lines:
-            doc.force(line)
+        _whole_section(doc, list(hang_lines(case, attempt)))
 
 
 def _ranks_sections(doc: Budget, report: RunReport) -> None:
-    """Each multi-rank case's slowest rank per stage, whole or not at all."""
+    """Each multi-rank case's slowest rank per stage."""
     from harness.report.ranks_md import ranks_lines  # it imports this module
 
     for case in report.cases:
         lines = list(ranks_lines(case))
-        if not lines:
-            continue
-        if doc.left_out or not doc.fits("\n".join(["", *lines])):
-            doc.left_out += 1
-            continue
-        doc.force("")
-        for line in lines:
-            doc.force(line)
+        if lines:
+            _whole_section(doc, lines)
 
 
 def summary_markdown(report: RunReport, *, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
