@@ -143,6 +143,8 @@ def test_d_nan_in_audio_decoding_is_a_new_failure_diverging_nonfinite(scratch: A
     assert d["kind"] == "nonfinite" and d["first"] == "audio.pcm", d
     assert d["detail"]["side"] == "head" and d["detail"]["nonfinite_head"] >= 1
     assert c["verdict"] == "new_failure" and c["latency_verdict"] == "missing"
+    # NaN is never read as better: no quality finding of head's NaN audio is an improvement
+    assert c["quality"] and all(q["verdict"] != "improvement" for q in c["quality"]), c["quality"]
     assert code == 1, err[-2000:]
 
 
