@@ -8,7 +8,7 @@ from typing import Any
 
 from harness import probe
 from harness.probe.perflog import append_line, perf_file
-from harness.worker.server_case import record_perf_log
+from harness.worker.server_perf import record_perf_log
 
 
 def line(rid: str, rank: int, denoise: float, **extra: Any) -> dict[str, Any]:
