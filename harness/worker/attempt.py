@@ -17,23 +17,24 @@ import subprocess
 import sys
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness import probe
 from harness.checks import evaluate_attempt_checks
 from harness.errors import InfrastructureError
 from harness.model import Attempt, Case, ErrorInfo
-from harness.model.hang import HangDiagnosis
 from harness.model.infra import looks_like_infrastructure
-from harness.model.ranks import Consistency, RanksRecord
 from harness.platforms.base import Identity
 from harness.platforms.policy import threshold_chain
 from harness.probe.clocks import perf_counter, process_time
 from harness.probe.sched import CLOCKS
-from harness.worker import hang_diagnosis
+from harness.worker.case_errors import CaseProcessError
 from harness.worker.protocol import AttemptJob
-from harness.worker.ranks_case import RanksError, consistency_check, ranks_limits, run_ranks_case
-from harness.worker.server_case import ServerError, run_server_case
 from harness.worker.target import resolve_target, seed_everything, stage_device
+
+if TYPE_CHECKING:
+    from harness.model.hang import HangDiagnosis
+    from harness.model.ranks import Consistency, RanksRecord
 
 # Captured at import: a target that replaces os.getpid must not fool the worker's own checks.
 _getpid = os.getpid
@@ -200,10 +201,15 @@ def run_attempt(job: AttemptJob) -> Attempt:
             # Start-up gets at most what the attempt's limit leaves for a hang diagnosis and
             # the stop, so that a readiness timeout is this worker's report, not the manager's
             # kill.
-            stop_s = case.server.stop_timeout_s + hang_diagnosis.DEADLINE_S
+            from harness.worker.hang_diagnosis import DEADLINE_S
+            from harness.worker.server_case import run_server_case
+
+            stop_s = case.server.stop_timeout_s + DEADLINE_S
             limit = max(case.timeout_s * 0.5, case.timeout_s - stop_s - 10.0)
             run_server_case(case, output_dir, f"{case.id}-{job.index}", limit, platform)
         elif case.ranks > 1:
+            from harness.worker.ranks_case import ranks_limits, run_ranks_case
+
             limit, diagnosis_s = ranks_limits(case.timeout_s)
             ranks, consistency = run_ranks_case(
                 case,
@@ -242,11 +248,7 @@ def run_attempt(job: AttemptJob) -> Attempt:
             traceback.format_exc(),
             innermost_frame(exc),
         )
-    except ServerError as exc:
-        status = exc.status
-        error = ErrorInfo.make(exc.kind, str(exc), traceback.format_exc())
-        hang = exc.diagnosis
-    except RanksError as exc:
+    except CaseProcessError as exc:  # a server case's or a multi-rank case's
         status = exc.status
         error = ErrorInfo.make(exc.kind, str(exc), traceback.format_exc())
         hang, ranks = exc.diagnosis, exc.record
@@ -281,6 +283,8 @@ def run_attempt(job: AttemptJob) -> Attempt:
         simulated=identity.reason if identity is not None and identity.simulated else None,
     )
     if consistency is not None:
+        from harness.worker.ranks_case import consistency_check
+
         checks = [*checks, consistency_check(consistency)]
     if status == "passed" and any(c.blocking for c in checks):
         status = "failed"

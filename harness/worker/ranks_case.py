@@ -37,10 +37,10 @@ from typing import Any
 
 from harness import platforms, probe
 from harness.model import Case, CheckResult
-from harness.model.hang import HangDiagnosis
 from harness.model.provenance import TARGET_FILE
 from harness.model.ranks import RANK_PREFIX, Consistency, RanksRecord, check_consistency
 from harness.platforms.devices import PINNED_ENV
+from harness.worker.case_errors import RanksError
 from harness.worker.hang_diagnosis import DEADLINE_S, diagnose
 from harness.worker.server_case import (
     _harness_root,
@@ -81,18 +81,6 @@ def consistency_check(verdict: Consistency) -> CheckResult:
         reason=verdict.reason,
         settings={"compared": list(verdict.compared)},
     )
-
-
-class RanksError(Exception):
-    """A multi-rank attempt did not pass: ``status`` and ``kind`` as recorded, ``diagnosis``
-    on a timeout, ``record`` the per-rank record so far."""
-
-    def __init__(self, status: str, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.kind = kind
-        self.diagnosis: HangDiagnosis | None = None
-        self.record: RanksRecord | None = None
 
 
 def rank_devices(platform: str, rank: int, env: Mapping[str, str]) -> dict[str, str]:

@@ -45,6 +45,7 @@ from harness.model import Case
 from harness.model.hang import HangDiagnosis
 from harness.model.provenance import CHECKOUT_ENV, TARGET_FILE
 from harness.model.server import OutputSpec, RequestSpec, ServerSpec
+from harness.worker.case_errors import ServerError
 from harness.worker.command_file import command_file
 from harness.worker.hang_diagnosis import diagnose
 from harness.worker.server_perf import note_code_files, record_perf_log
@@ -57,18 +58,6 @@ BODY_CHARS = 2000
 _POLL_FIRST_S = 0.01
 _POLL_CAP_S = 0.05  # a 200 is seen within 100 ms even with a slow poll (measured)
 _HOST = "127.0.0.1"
-
-
-class ServerError(Exception):
-    """A server case's attempt did not pass: ``status`` is the attempt's status, ``kind`` the
-    error type recorded (``ServerExited``, ``ServerNotReady``, ``ServerRequestFailed``...),
-    ``diagnosis`` the hang diagnosis taken before the kill on a timeout."""
-
-    def __init__(self, status: str, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.kind = kind
-        self.diagnosis: HangDiagnosis | None = None
 
 
 def free_port() -> int:
