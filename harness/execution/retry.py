@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 
 from harness.model import Attempt, ErrorInfo, ran
 from harness.model.infra import INFRA_HTTP_CODES as INFRA_HTTP_CODES
-from harness.model.infra import INFRA_PATTERNS, describe, infra_signature
+from harness.model.infra import describe, infra_signature, looks_like_infrastructure
 from harness.platforms.profile import RetryPolicy
 
 INFRA_TYPES = frozenset(
@@ -125,8 +125,10 @@ def retry_class(attempt: Attempt, policy: RetryPolicy) -> str | None:
         return None  # a harness bug or a kernel fault is never a reason to try again
     if etype in OOM_TYPES or any(re.search(p, message, re.I) for p in OOM_PATTERNS):
         return "oom"
-    if etype in INFRA_TYPES or any(
-        re.search(p, message) for p in (*INFRA_PATTERNS, *policy.patterns)
+    if (
+        etype in INFRA_TYPES
+        or looks_like_infrastructure(message)
+        or any(re.search(p, message) for p in policy.patterns)
     ):
         return "infra"
     return None

@@ -8,10 +8,14 @@ failure plus its normalized target, the same on every attempt and every case tha
     connection-refused 127.0.0.1:8080
     device missing cuda:1
 
-Query strings, fragments and credentials are stripped from URLs, hosts lower-cased; a message
-with no known shape keeps its type and first line with timestamps, addresses, pids and paths
-blanked. Which attempts are infrastructure at all is the retry policy's call
-(:func:`harness.execution.retry.retry_class`), which records the signature on the attempt
+The classifier is one table, :data:`SHAPES`: each row is a failure's wording (pip's, requests',
+urllib's, curl's, a runtime's "no device"), the kind it is, and a real message of that shape
+that the tests run through it. The first row that matches gives the kind; the kind's target
+reader gives the target. Query strings, fragments and credentials are stripped from URLs,
+hosts lower-cased; a message with no known shape keeps its type and first line with
+timestamps, addresses, pids and paths blanked. Which attempts are infrastructure at all is the
+retry policy's call (:func:`harness.execution.retry.retry_class`, which reads
+:func:`looks_like_infrastructure`), which records the signature on the attempt
 (``Attempt.infra``); this module only reads it back.
 
 A run-level *finding* is a signature seen on attempts of two or more cases, or on every attempt
@@ -27,7 +31,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from harness.model.counting import failed_tries, ran
@@ -37,58 +41,157 @@ if TYPE_CHECKING:  # records reads the findings of its cases from here
     from harness.model.records import CaseResult
 
 # Infrastructure, i.e. nothing to do with the code under test: HTTP 403, 408, 429 and 5xx
-# (never 404: a missing file is a bug), refused/reset connections, name resolution, read
-# timeouts. The README states this same list.
+# (never 404: a missing file is a bug), refused/reset connections, name resolution, network
+# timeouts, a device the runner lacks. The README states this same list.
 INFRA_HTTP_CODES: tuple[str, ...] = ("403", "408", "429", "5xx")
-INFRA_PATTERNS: tuple[str, ...] = (
-    r"\bHTTP(?: [Ee]rror)? ?(?:403|408|429|5\d\d)\b",  # urllib's "Error", pip's "error"
-    r"\b(?:403|429|502|503|504) (?:Forbidden|Too Many Requests|Bad Gateway|Service Unavailable"
-    r"|Gateway Timeout)\b",
-    r"Connection (?:reset|refused|aborted)",
-    r"Temporary failure in name resolution",
-    r"Read timed out",
+
+Kind = Literal["http", "dns", "refused", "reset", "timeout", "device"]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One row of the classifier: how a tool words one kind of infrastructure failure."""
+
+    kind: Kind
+    pattern: re.Pattern[str]
+    example: str  # a real message of this shape (tests/core/test_infra.py runs every one)
+
+
+def _p(text: str, flags: int = 0) -> re.Pattern[str]:
+    return re.compile(text, flags)
+
+
+_STATUS_NAMES = (
+    r"Forbidden|Too Many Requests|Bad Gateway|Service Unavailable|Gateway Timeout"
+    r"|Request Timeout|Internal Server Error"
 )
+SHAPES: tuple[Shape, ...] = (
+    # -- HTTP status: the code in group "code", the URL in group "url" when the shape has one
+    Shape(
+        "http",
+        _p(r"HTTP error (?P<code>[1-5]\d\d) while getting (?P<url>\S+)", re.I),
+        "ERROR: HTTP error 403 while getting https://h.org/t/triton_ascend-3.2.2.whl",  # pip
+    ),
+    Shape(
+        "http",
+        _p(r"\b(?P<code>[1-5]\d\d) (?:Client|Server) Error: .*? for url: (?P<url>\S+)"),
+        "403 Client Error: Forbidden for url: https://h.org/a.whl",  # requests
+    ),
+    Shape(
+        "http",
+        _p(r"too many (?P<code>[1-5]\d\d) error responses"),
+        "HTTPSConnectionPool(host='h.org', port=443): Max retries exceeded with url: /a.whl "
+        "(Caused by ResponseError('too many 503 error responses'))",  # urllib3 retries
+    ),
+    Shape(
+        "http",
+        _p(r"The requested URL returned error: (?P<code>[1-5]\d\d)"),
+        "curl: (22) The requested URL returned error: 403",  # curl -f
+    ),
+    Shape(
+        "http",
+        _p(r"\bHTTP(?:/\d(?:\.\d)?)?(?: Error| error|:)? ?(?P<code>[1-5]\d\d)\b"),
+        "urllib.error.HTTPError: HTTP Error 429: Too Many Requests",  # urllib, "HTTP 503"
+    ),
+    Shape(
+        "http",
+        _p(rf"\b(?P<code>[1-5]\d\d):? (?:{_STATUS_NAMES})\b"),
+        "ERROR 403: Forbidden.",  # wget
+    ),
+    # -- a host that does not resolve
+    Shape(
+        "dns",
+        _p(
+            r"Temporary failure in name resolution|Name or service not known"
+            r"|nodename nor servname|getaddrinfo failed|Failed to resolve"
+            r"|No address associated with hostname|Could not resolve host|Name does not resolve",
+            re.I,
+        ),
+        "curl: (6) Could not resolve host: pypi.example.org",
+    ),
+    # -- connections refused, reset, timed out
+    Shape(
+        "refused",
+        _p(r"Connection refused|ECONNREFUSED", re.I),
+        "curl: (7) Failed to connect to 10.0.0.5 port 3128: Connection refused",
+    ),
+    Shape(
+        "reset",
+        _p(r"Connection (?:reset|aborted)|ECONNRESET|RemoteDisconnected", re.I),
+        "ConnectionResetError: [Errno 104] Connection reset by peer",
+    ),
+    Shape(
+        "timeout",
+        _p(r"Read timed out|Connect(?:ion)? timed out|ConnectTimeout", re.I),
+        "HTTPSConnectionPool(host='h.org', port=443): Read timed out. (read timeout=15)",
+    ),
+    # -- a device the runner should have and does not (CUDA, HIP, Ascend NPU)
+    Shape(
+        "device",
+        _p(
+            r"invalid device ordinal|no (?:CUDA|HIP) GPUs are available"
+            r"|no (?:CUDA|ROCm)-capable device is detected|Found no NVIDIA driver"
+            r"|(?:cuda|hip)ErrorNoDevice|The device is unavailable|no valid device"
+            r"|device not found|no such device|device (?:is )?(?:missing|absent|not available)"
+            r"|promised but absent",
+            re.I,
+        ),
+        "RuntimeError: init: NPU function error: aclrtGetDeviceCount(&device_count), error code "
+        "is 207004\n[Error]: The device is unavailable.",  # torch_npu
+    ),
+)
+# What an error's type alone says, when its message has no known shape (socket.gaierror
+# "[Errno -3] ...", a bare ConnectionRefusedError).
+TYPE_KINDS: Mapping[str, Kind] = {
+    "gaierror": "dns",
+    "ConnectionRefusedError": "refused",
+    "ConnectionResetError": "reset",
+    "ConnectionAbortedError": "reset",
+    "ReadTimeout": "timeout",
+    "ConnectTimeout": "timeout",
+}
+_INFRA_CODE = re.compile(r"403|408|429|5\d\d")
+
+
+def _shape(etype: str, message: str) -> tuple[Kind, re.Match[str] | None] | None:
+    for shape in SHAPES:
+        m = shape.pattern.search(message)
+        if m is not None:
+            return shape.kind, m
+    kind = TYPE_KINDS.get(etype)
+    return (kind, None) if kind is not None else None
 
 
 def looks_like_infrastructure(text: str) -> bool:
     """``text`` (an error message, a command's output) names an infrastructure failure by
-    one of :data:`INFRA_PATTERNS`: a command case that exits non-zero with it is an
-    infrastructure error (retried as such), not a failed case."""
-    return any(re.search(p, text) for p in INFRA_PATTERNS)
+    one of :data:`SHAPES` (an HTTP status only when it is one of :data:`INFRA_HTTP_CODES`): a
+    command case that exits non-zero with it is an infrastructure error (retried as such, with
+    its signature), not a failed case.
+
+    >>> looks_like_infrastructure("curl: (6) Could not resolve host: h.org")
+    True
+    >>> looks_like_infrastructure("ERROR: HTTP error 404 while getting https://h.org/x")
+    False
+    """
+    found = _shape("", text)
+    if found is None:
+        return False
+    kind, m = found
+    return kind != "http" or (m is not None and bool(_INFRA_CODE.fullmatch(m.group("code"))))
 
 
 _URL = re.compile(r"\b(?:https?|ftp)://[^\s'\"<>()\[\]{}]+", re.I)
 _TRAILING = ".,;:!?'\"`"
-_STATUS_SHAPES: tuple[re.Pattern[str], ...] = (
-    # pip: "HTTP error 403 while getting https://..."
-    re.compile(r"HTTP error (?P<code>[1-5]\d\d) while getting (?P<url>\S+)", re.I),
-    # requests: "403 Client Error: Forbidden for url: https://..."
-    re.compile(r"\b(?P<code>[1-5]\d\d) (?:Client|Server) Error: .*? for url: (?P<url>\S+)"),
-    # urllib3/requests retries: "Max retries exceeded ... (too many 403 error responses)"
-    re.compile(r"too many (?P<code>[1-5]\d\d) error responses"),
-    # urllib: "HTTP Error 403: Forbidden"; generic "HTTP 503", "HTTP/1.1 502"
-    re.compile(r"\bHTTP(?:/\d(?:\.\d)?)?(?: Error| error|:)? ?(?P<code>[1-5]\d\d)\b"),
-    re.compile(
-        r"\b(?P<code>[1-5]\d\d) (?:Forbidden|Too Many Requests|Bad Gateway|Service Unavailable"
-        r"|Gateway Timeout|Request Timeout|Internal Server Error)\b"
-    ),
-)
-_DNS = re.compile(
-    r"Temporary failure in name resolution|Name or service not known|nodename nor servname"
-    r"|getaddrinfo failed|Failed to resolve|No address associated with hostname"
-    r"|Could not resolve host|Name does not resolve",
-    re.I,
-)
-_REFUSED = re.compile(r"Connection refused|ECONNREFUSED", re.I)
-_RESET = re.compile(r"Connection (?:reset|aborted)|ECONNRESET|RemoteDisconnected", re.I)
-_TIMEOUT = re.compile(r"Read timed out|Connect(?:ion)? timed out|ConnectTimeout", re.I)
-_DEVICE = re.compile(
-    r"invalid device ordinal|no CUDA GPUs are available|no HIP GPUs are available"
-    r"|device not found|no such device|device (?:is )?(?:missing|absent|not available)"
-    r"|promised but absent",
-    re.I,
-)
 _DEVICE_NAME = re.compile(r"\b(?:cuda|hip|npu|xpu|mps|rocm):\d+\b", re.I)
+_DEVICE_FAMILY = re.compile(r"\b(CUDA|NVIDIA|HIP|ROCm|NPU|Ascend|acl\w*|XPU)\b", re.I)
+_FAMILY = {"nvidia": "cuda", "rocm": "hip", "ascend": "npu"}
+_NETWORK = {
+    "refused": "connection-refused",
+    "reset": "connection-reset",
+    "timeout": "network-timeout",
+}
+
+
 _POOL = re.compile(
     r"(?P<scheme>HTTPS?)ConnectionPool\(host='(?P<host>[^']+)', port=(?P<port>\d+)\)"
     r"(?:: Max retries exceeded with url: (?P<path>\S+))?"
@@ -170,31 +273,56 @@ def _join(kind: str, target: str) -> str:
     return f"{kind} {target}" if target else kind
 
 
+def _device(message: str) -> str:
+    """The device a "no device" message names (``cuda:1``), else its family (``npu``)."""
+    m = _DEVICE_NAME.search(message)
+    if m is not None:
+        return m.group(0).lower().replace("rocm", "hip")
+    fam = _DEVICE_FAMILY.search(message)
+    if fam is None:
+        return ""
+    word = fam.group(1).lower()
+    return "npu" if word.startswith("acl") else _FAMILY.get(word, word)
+
+
+def _target(kind: Kind, m: re.Match[str] | None, message: str) -> str:
+    if kind == "http":
+        assert m is not None  # an HTTP status is only ever read from a shape
+        given = m.groupdict().get("url")
+        url = normalize_url(given) if given else _first_url(message)
+        return _join(f"HTTP {m.group('code')}", url or "")
+    if kind == "dns":
+        return _join("DNS name-not-resolved", _host_port(message, with_port=False))
+    if kind == "device":
+        return _join("device missing", _device(message))
+    return _join(_NETWORK[kind], _host_port(message, with_port=True))
+
+
+def classify(etype: str, message: str) -> str | None:
+    """The infrastructure signature :data:`SHAPES` (or the error's type) give ``message``, or
+    None when neither knows it.
+
+    >>> classify("RuntimeError", "No CUDA GPUs are available")
+    'device missing cuda'
+    >>> classify("ValueError", "bad shape 3 vs 4") is None
+    True
+    """
+    found = _shape(etype, message)
+    return None if found is None else _target(found[0], found[1], message)
+
+
 def infra_signature(etype: str, message: str) -> str:
-    """The infrastructure signature of a failure already classified as infrastructure.
+    """The infrastructure signature of a failure already classified as infrastructure: the
+    classifier's (:func:`classify`), else the type and the first line with what varies blanked.
 
     >>> infra_signature("gaierror", "[Errno -3] Temporary failure in name resolution")
     'DNS name-not-resolved'
     >>> infra_signature("ConnectionRefusedError", "[Errno 111] Connection refused (127.0.0.1:8)")
     'connection-refused 127.0.0.1:8'
     """
-    for shape in _STATUS_SHAPES:
-        m = shape.search(message)
-        if m is not None:
-            given = m.groupdict().get("url")
-            url = normalize_url(given) if given else _first_url(message)
-            return _join(f"HTTP {m.group('code')}", url or "")
-    if _DNS.search(message) or etype == "gaierror":
-        return _join("DNS name-not-resolved", _host_port(message, with_port=False))
-    if _REFUSED.search(message) or etype == "ConnectionRefusedError":
-        return _join("connection-refused", _host_port(message, with_port=True))
-    if _RESET.search(message) or etype in ("ConnectionResetError", "ConnectionAbortedError"):
-        return _join("connection-reset", _host_port(message, with_port=True))
-    if _TIMEOUT.search(message) or etype in ("ReadTimeout", "ConnectTimeout"):
-        return _join("network-timeout", _host_port(message, with_port=True))
-    if _DEVICE.search(message):
-        m = _DEVICE_NAME.search(message)
-        return _join("device missing", m.group(0).lower() if m else "")
+    known = classify(etype, message)
+    if known is not None:
+        return known
     first = next((line for line in message.splitlines() if line.strip()), "")
     return _join(etype, _blank(first))
 
@@ -281,8 +409,10 @@ def infra_only(case: CaseResult, findings: Iterable[InfraFinding]) -> bool:
 
 __all__ = [
     "INFRA_HTTP_CODES",
-    "INFRA_PATTERNS",
+    "SHAPES",
     "InfraFinding",
+    "Shape",
+    "classify",
     "describe",
     "infra_only",
     "infra_signature",

@@ -11,6 +11,9 @@ import pytest
 from harness.execution.retry import Budget, with_retries
 from harness.model import Attempt, CaseResult, ErrorInfo, RunReport, exit_code
 from harness.model.infra import (
+    SHAPES,
+    Shape,
+    classify,
     infra_only,
     infra_signature,
     infrastructure_findings,
@@ -91,6 +94,25 @@ WHEEL = "https://files.example.org/npu/torch_npu-2.1.0-cp310-linux_aarch64.whl"
             "connection-refused 10.0.0.5:3128",
         ),
         ("RuntimeError", "CUDA error: invalid device ordinal (cuda:1)", "device missing cuda:1"),
+        ("RuntimeError", "No CUDA GPUs are available", "device missing cuda"),
+        ("RuntimeError", "HIP error: hipErrorNoDevice", "device missing hip"),
+        (
+            "RuntimeError",
+            "NPU function error: aclrtGetDeviceCount(&device_count), error code is 207004\n"
+            "[Error]: The device is unavailable.",
+            "device missing npu",
+        ),
+        # curl and wget in a command's output
+        (
+            "InfrastructureError",
+            "command exited 6\ncurl: (6) Could not resolve host: Mirror.Example.org",
+            "DNS name-not-resolved mirror.example.org",
+        ),
+        (
+            "InfrastructureError",
+            f"--2026-12-02--  {WHEEL}\nERROR 403: Forbidden.",
+            f"HTTP 403 {WHEEL}",
+        ),
         # no known shape: type and first line, what varies blanked
         (
             "InfrastructureError",
@@ -113,6 +135,35 @@ def test_normalize_url_drops_credentials_query_and_fragment() -> None:
     assert normalize_url("HTTPS://u:tok@H.org:8443/a/b.whl?X=1#sha256=00,") == (
         "https://h.org:8443/a/b.whl"
     )
+
+
+_KIND_PREFIX = {
+    "http": "HTTP ",
+    "dns": "DNS name-not-resolved",
+    "refused": "connection-refused",
+    "reset": "connection-reset",
+    "timeout": "network-timeout",
+    "device": "device missing",
+}
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s.kind}-{SHAPES.index(s)}")
+def test_every_row_of_the_classifier_reads_its_own_example(shape: Shape) -> None:
+    # the table is the classifier: each row's real message is infrastructure of its kind, and
+    # no earlier row shadows it
+    assert looks_like_infrastructure(shape.example)
+    assert next(s for s in SHAPES if s.pattern.search(shape.example)) is shape
+    signature = classify("", shape.example)
+    assert signature is not None and signature.startswith(_KIND_PREFIX[shape.kind]), signature
+
+
+def test_code_failures_are_not_classified() -> None:
+    for etype, message in (
+        ("AssertionError", "psnr 28.1 < 30"),
+        ("RuntimeError", "CUDA error: an illegal memory access was encountered"),
+        ("ValueError", "shape (3, 4) vs (3, 5)"),
+    ):
+        assert classify(etype, message) is None and not looks_like_infrastructure(message)
 
 
 def test_pip_lowercase_http_error_is_infrastructure() -> None:

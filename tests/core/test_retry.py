@@ -42,6 +42,8 @@ def test_classes() -> None:
         == "infra"
     )
     assert retry_class(attempt("error", "OutOfMemoryError", "CUDA out of memory"), POLICY) == "oom"
+    no_gpu = attempt("error", "RuntimeError", "No CUDA GPUs are available")
+    assert retry_class(no_gpu, POLICY) == "infra"  # a device the runner lacks
     assert retry_class(attempt("error", "RuntimeError", "HIP out of memory"), POLICY) == "oom"
     assert retry_class(attempt("error", "ValueError", "bad shape 3 vs 4"), POLICY) is None
     assert retry_class(attempt("error", "RuntimeError", "hipErrorOutOfMemory"), POLICY) == "oom"
