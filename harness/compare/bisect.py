@@ -33,7 +33,7 @@ from harness.model import CaseComparison, signature_type
 
 BAD_VERDICTS = frozenset({"regression", "new_failure"})
 # Verdicts that decide nothing about the step: skipped, never counted good.
-UNDECIDED_VERDICTS = frozenset({"flaky", "suspect", "missing", "not_comparable"})
+UNDECIDED_VERDICTS = frozenset({"flaky", "suspect", "missing", "not_comparable", "infrastructure"})
 _NO_BUILD = ("SyntaxError", "IndentationError", "ImportError", "ModuleNotFoundError")
 
 

@@ -15,6 +15,9 @@ The rule (DESIGN "Which attempts count", issue 18):
   ("2 of 7 head runs, 0 of 7 base"), however intermittent, unless the case file declares the
   case known-flaky (``known_flaky``), which downgrades an intermittent one to ``flaky`` and
   says so;
+- both sides failing every run on the same infrastructure signatures only (every failed try
+  of each side carries one, :mod:`harness.model.infra`) is ``infrastructure``: not a code
+  failure, never a regression, a new failure or no change (exit 3, as the run's);
 - both sides failing every run with the same signatures is ``pre_existing_failure``; base
   failing every run and head never is ``fixed``;
 - failures both sides show, intermittently, are ``flaky`` unless head fails significantly
@@ -39,6 +42,7 @@ from harness.model import (
     runs,
     warmup_runs,
 )
+from harness.model.infra import describe
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,17 @@ def _side(result: CaseResult | None) -> _Side:
     return _Side(passed, len(failed), tuple(sorted(sigs)), ran_slots, hit, retried, None)
 
 
+def _infra_only(result: CaseResult | None) -> frozenset[str]:
+    """The infrastructure signatures of a side's failed tries, when every failed try has one;
+    empty otherwise (some failure was the code's, or nothing failed)."""
+    if result is None:
+        return frozenset()
+    failed = [a for a in failed_tries(result.attempts) if not harness_fault(a)]
+    if not failed or not all(a.infra for a in failed):
+        return frozenset()
+    return frozenset(a.infra for a in failed)
+
+
 def _rate(sig: str, side: _Side, name: str) -> str:
     return f"{side.hit.get(sig, 0)} of {side.runs} {name} runs"
 
@@ -111,7 +126,8 @@ def failure_matrix(
     alpha: float = 0.05,
     known_flaky: str | None = None,
 ) -> FailureMatrix:
-    """``new_failure``, ``pre_existing_failure``, ``fixed``, ``flaky`` or ``no_change`` (both
+    """``infrastructure``, ``new_failure``, ``pre_existing_failure``, ``fixed``, ``flaky`` or
+    ``no_change`` (both
     sides always passed, no failure in any attempt); ``missing`` when a side has no measured
     run, ``skipped`` when both sides skipped it for the same reason. ``known_flaky`` is the
     case file's reason for declaring the case known-flaky, if it does."""
@@ -141,6 +157,10 @@ def failure_matrix(
             return make("skipped", f"both sides {b.not_run}")
         parts = [f"{n}: {s.not_run}" for n, s in (("base", b), ("head", h)) if s.not_run]
         return make("missing", "; ".join(parts))
+    infra = _infra_only(head)
+    if infra and infra == _infra_only(base) and b.passed == 0 and h.passed == 0:
+        what = "; ".join(describe(s) for s in sorted(infra))
+        return make("infrastructure", f"infrastructure on both sides: {what}; not a code failure")
     new = [s for s in h.signatures if s not in b.signatures]
     if new:
         rates = "; ".join(f"{s}: {_rate(s, h, 'head')}, 0 of {b.runs} base" for s in new)

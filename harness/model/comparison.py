@@ -28,12 +28,14 @@ Verdict = Literal[
     "fixed",
     "flaky",
     "not_comparable",
+    "infrastructure",
     "missing",
     "skipped",
 ]
 # Worst first: a case's verdict is the first of these that any of its parts reached.
 VERDICTS: tuple[str, ...] = (
     "not_comparable",
+    "infrastructure",
     "new_failure",
     "regression",
     "flaky",
@@ -52,8 +54,9 @@ DivergenceKind = Literal["none", "inputs", "stage", "nonfinite", "missing"]
 BLOCKING: frozenset[str] = frozenset({"regression", "new_failure"})
 STRICT_BLOCKING: frozenset[str] = BLOCKING | {"inconclusive", "suspect", "flaky"}
 # Verdicts of a comparison that did not compare: a side that never ran, a case the budget
-# never reached, code from the wrong place. Never green: exit 3 (DESIGN "Exit codes").
-INCOMPLETE: frozenset[str] = frozenset({"missing", "not_comparable"})
+# never reached, code from the wrong place, both sides stopped by the same infrastructure
+# failure (harness.model.infra). Never green: exit 3 (DESIGN "Exit codes").
+INCOMPLETE: frozenset[str] = frozenset({"missing", "not_comparable", "infrastructure"})
 
 
 def worst_verdict(verdicts: list[str]) -> str:
@@ -336,9 +339,9 @@ class Comparison:
     def exit_code(self, *, strict: bool = False) -> int:
         """DESIGN's one exit-code policy (:func:`harness.model.exits.exit_status`): 2 a case
         file did not load on either side; 3 the harness could not finish or a case did not
-        compare (``missing``, ``not_comparable``); 1 a regression or new failure (with
-        ``strict`` also inconclusive, suspect, flaky); 5 nothing ran on either side; 7 only
-        flaky; 0 otherwise."""
+        compare (``missing``, ``not_comparable``, ``infrastructure``); 1 a regression or new
+        failure (with ``strict`` also inconclusive, suspect, flaky); 5 nothing ran on either
+        side; 7 only flaky; 0 otherwise."""
         verdicts = {c.verdict for c in self.cases}
         blocking = STRICT_BLOCKING if strict else BLOCKING
         return exit_status(

@@ -108,7 +108,11 @@ def failed_tries(attempts: Iterable[Attempt]) -> list[Attempt]:
 
 
 def failure_signature(attempt: Attempt) -> str:
-    """What a failed attempt's failure was: its error signature, else its status."""
+    """What a failed attempt's failure was: its infrastructure signature when it has one
+    (``HTTP 403 <url>``: the same on both sides whatever token the URL carried), else its error
+    signature, else its status."""
+    if attempt.infra:
+        return attempt.infra
     return attempt.error.signature if attempt.error else attempt.status
 
 

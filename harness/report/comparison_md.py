@@ -26,6 +26,7 @@ _ICON = {
     "regression": "🔴",
     "new_failure": "🔴",
     "not_comparable": "⛔",
+    "infrastructure": "🛑",
     "suspect": "🟠",
     "flaky": "🟠",
     "inconclusive": "⚪",

@@ -315,3 +315,24 @@ def test_flaky_cases_on_infrastructure_do_not_make_the_run_3() -> None:
     )
     assert len(report.infrastructure) == 1
     assert exit_code(report) == 7
+
+
+# -- harness compare: both sides stopped by the same infrastructure failure ---------------------
+
+
+def test_both_sides_failing_on_one_infrastructure_signature_is_infrastructure() -> None:
+    from harness.compare.failures import failure_matrix
+    from harness.compare.judge import judge_case
+
+    base, head = _case("a", _infra_tries(2)), _case("a", _infra_tries(2))
+    matrix = failure_matrix(base, head)
+    assert matrix.verdict == "infrastructure", matrix
+    assert matrix.reason == (
+        f"infrastructure on both sides: HTTP 403 on {WHEEL}; not a code failure"
+    )
+    judged = judge_case(base, head, case=None, latency=[], base_root=Path("."), head_root=Path("."))
+    assert judged.verdict == "infrastructure"
+    # a code failure on one side is the code's: judged as before, never infrastructure
+    code = _case("a", [_attempt(0, "bad shape 3 vs 4", "ValueError")])
+    assert failure_matrix(code, head).verdict == "new_failure"
+    assert failure_matrix(base, code).verdict == "new_failure"

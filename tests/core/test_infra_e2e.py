@@ -1,11 +1,14 @@
-"""The seeds' red CI that was not the code: every job's *Install dependencies* step answered
-HTTP 403 for one wheel URL, on every attempt. Here: a local server that answers 403 to every
-GET, three command cases that download a wheel from it as an install step would (each with a
-fresh signed query string), ``harness run`` as a user runs it."""
+"""The seeds' red CI that was not the code: every NPU job's *Install dependencies* step answered
+HTTP 403 for one wheel URL, on every attempt. Here: a local package index on 127.0.0.1 whose
+simple page answers (with a freshly signed wheel link each time, as a CDN's would) and whose
+wheel answers 403; two command cases run the real ``pip download`` against it as an install
+step does, beside a case that fails on its code; ``harness run`` and ``harness compare`` as a
+user runs them."""
 
 from __future__ import annotations
 
 import http.server
+import itertools
 import json
 import subprocess
 import sys
@@ -16,36 +19,38 @@ from pathlib import Path
 import pytest
 from corecases import write_cases
 
-from harness.report.schema import validate_report
+from harness.report.schema import validate_comparison, validate_report
 
 pytestmark = pytest.mark.slow
 HARNESS = (sys.executable, "-m", "harness.cli")
-
-FETCH = """\
-import os, sys, urllib.error, urllib.request
-
-url = sys.argv[1] + f"?X-Amz-Signature={os.getpid()}"  # signed URLs differ every time
-try:
-    urllib.request.urlopen(url, timeout=10).read()
-except urllib.error.HTTPError as e:
-    print(f"ERROR: HTTP error {e.code} while getting {e.url}", file=sys.stderr)  # as pip says it
-    sys.exit(1)
-"""
+WHEEL_PATH = "/packages/tinydep-1.0-py3-none-any.whl"
 
 
-class Forbidden(http.server.BaseHTTPRequestHandler):
+class Index(http.server.BaseHTTPRequestHandler):
+    """``/simple/tinydep/`` links the wheel (signed anew on every request); the wheel is 403."""
+
+    signatures = itertools.count()
+
     def do_GET(self) -> None:
-        self.send_response(403)
-        self.send_header("Content-Length", "0")
+        if self.path.rstrip("/") == "/simple/tinydep":
+            href = f"{WHEEL_PATH}?X-Amz-Signature={next(self.signatures)}#sha256={'0' * 64}"
+            body = f'<html><body><a href="{href}">tinydep-1.0-py3-none-any.whl</a>'.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+        else:
+            body = b"Forbidden"
+            self.send_response(403)
+        self.send_header("Content-Length", str(len(body)))
         self.end_headers()
+        self.wfile.write(body)
 
     def log_message(self, format: str, *args: object) -> None:
         pass
 
 
 @pytest.fixture
-def forbidden() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Forbidden)
+def index() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Index)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -55,53 +60,81 @@ def forbidden() -> Iterator[str]:
         server.server_close()
 
 
-def test_a_download_answering_403_every_time_is_infrastructure(
-    project: Path, forbidden: str
-) -> None:
-    (project / "code" / "fetch.py").write_text(FETCH)
-    wheel = f"{forbidden}/simple/tinydep/tinydep-1.0-py3-none-any.whl"
-    write_cases(
-        project,
-        "install.toml",
-        "".join(
-            f'[[case]]\nid = "install-{n}"\nkind = "import"\n'
-            f'command = ["{sys.executable}", "code/fetch.py", "{wheel}"]\n\n'
-            for n in "abc"
-        ),
-    )
-    proc = subprocess.run(
-        [*HARNESS, "run", "cases", "--code-root", "code", "--run-id", "r1", "--retries", "3", "-q"],
+def harness(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*HARNESS, *args],
         cwd=project,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
         check=False,
     )
-    line = f"infrastructure: HTTP 403 on {wheel} (3 cases, 6 attempts); not a code failure"
-    assert proc.returncode == 3, proc.stderr
-    announce, first, *_ = proc.stderr.splitlines()
-    assert announce.startswith("run r1:") and first == line, proc.stderr
-    run = project / "reports" / "r1"
-    summary = (run / "summary.md").read_text()
-    assert summary.splitlines()[0] == (
-        f"### 🛑 infrastructure: HTTP 403 on `{wheel}` (3 cases, 6 attempts); not a code failure"
+
+
+def test_a_dependency_download_answering_403_every_time_is_infrastructure(
+    project: Path, index: str
+) -> None:
+    # --isolated: the machine's pip configuration (extra indexes, find-links) stays out of it
+    pip = [sys.executable, "-m", "pip", "download", "--isolated", "--no-deps", "--no-cache-dir"]
+    pip += ["--disable-pip-version-check", "--index-url", f"{index}/simple", "-d", "dl"]
+    install = json.dumps([*pip, "tinydep==1.0"])
+    code_fail = json.dumps([sys.executable, "-c", "raise SystemExit('psnr 28.1 < 30.0')"])
+    write_cases(
+        project,
+        "npu.toml",
+        "".join(
+            f'[[case]]\nid = "install-{n}"\nkind = "import"\ncommand = {install}\n\n' for n in "ab"
+        )
+        + f'[[case]]\nid = "denoise-check"\nkind = "import"\ncommand = {code_fail}\n',
     )
-    doc = json.loads((run / "report.json").read_text())
+    wheel = f"{index}{WHEEL_PATH}"
+    line = f"infrastructure: HTTP 403 on {wheel} (2 cases, 4 attempts); not a code failure"
+
+    # -- the run: a code failure beside the infrastructure keeps exit 1, the line still first
+    run = harness(project, "run", "cases", "--run-id", "r1", "--retries", "3", "-q")
+    assert run.returncode == 1, run.stderr
+    announce, first, *_ = run.stderr.splitlines()
+    assert announce.startswith("run r1:") and first == line, run.stderr
+    folder = project / "reports" / "r1"
+    assert (folder / "summary.md").read_text().splitlines()[0] == (
+        f"### 🛑 infrastructure: HTTP 403 on `{wheel}` (2 cases, 4 attempts); not a code failure"
+    )
+    doc = json.loads((folder / "report.json").read_text())
     validate_report(doc)
     assert doc["infrastructure"] == [
         {
             "signature": f"HTTP 403 {wheel}",
             "text": line,
-            "cases": [f"import/install-{n}[cpu]" for n in "abc"],
-            "attempts": 6,
+            "cases": ["import/install-a[cpu]", "import/install-b[cpu]"],
+            "attempts": 4,
         }
     ]
-    for case in doc["cases"]:
-        # --retries 3 allowed four tries: each case stopped after the second identical failure
-        assert [a["status"] for a in case["attempts"]] == ["error", "error"], case["attempts"]
-        assert [a["retry"] for a in case["attempts"]] == [0, 1]
-        assert case["attempts"][0]["error"]["type"] == "InfrastructureError"
-        stopped = f"not retried: same infrastructure failure twice (HTTP 403 on {wheel})"
-        assert case["attempts"][1]["not_retried"] == stopped
-        assert stopped in case["reason"]
-    assert "banner infra" in (run / "index.html").read_text()
+    cases = {c["id"]: c for c in doc["cases"]}
+    stopped = f"not retried: same infrastructure failure twice (HTTP 403 on {wheel})"
+    for n in "ab":
+        attempts = cases[f"install-{n}"]["attempts"]
+        # --retries 3 allowed four tries: the case stopped after the second identical failure
+        assert [(a["status"], a["retry"]) for a in attempts] == [("error", 0), ("error", 1)]
+        assert attempts[0]["error"]["type"] == "InfrastructureError"
+        assert "HTTP error 403 while getting" in attempts[0]["error"]["message"]  # pip's words
+        assert "X-Amz-Signature=" in attempts[0]["error"]["message"]  # the token, stripped below
+        assert {a["infra"] for a in attempts} == {f"HTTP 403 {wheel}"}
+        assert attempts[1]["not_retried"] == stopped
+    code = cases["denoise-check"]
+    assert code["status"] == "failed" and len(code["attempts"]) == 1  # never retried
+    assert "infra" not in code["attempts"][0]
+    assert "banner infra" in (folder / "index.html").read_text()
+
+    # -- the same failure in a second run (no retries): both sides of a comparison hit it
+    again = harness(project, "run", "cases", "--run-id", "r2", "--retries", "0", "-q")
+    assert again.returncode == 1, again.stderr
+    cmp = harness(project, "compare", "reports/r1", "reports/r2", "--id", "c1")
+    comparison = json.loads((project / "reports" / "c1" / "comparison.json").read_text())
+    validate_comparison(comparison)
+    verdicts = {c["id"]: (c["verdict"], c["reason"]) for c in comparison["cases"]}
+    both = f"infrastructure on both sides: HTTP 403 on {wheel}; not a code failure"
+    assert verdicts["install-a"] == verdicts["install-b"] == ("infrastructure", both)
+    assert verdicts["denoise-check"][0] == "pre_existing_failure"
+    # infrastructure did not compare: exit 3, never 0 ("no change") nor 1 ("new failure")
+    assert cmp.returncode == 3, cmp.stderr
+    assert f"infrastructure       import/install-a[cpu]: {both}" in cmp.stderr
