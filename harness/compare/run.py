@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cases import PlanItem, build_plan, load_suite
+from harness.compare.drift import with_drift
 from harness.compare.envdiff import env_diff, env_differences
 from harness.compare.judge import judge_case
 from harness.compare.latency import LatencySettings, confirm, decide_stages
@@ -172,12 +173,13 @@ def finish_comparison(
             python=py.get("executable") if isinstance(py, Mapping) else None,
         )
     lat = request.latency
+    diff = env_diff(reports["base"].env, reports["head"].env)
     comparison = Comparison(
         id=comparison_id,
         base=sides["base"],
         head=sides["head"],
         same_runner=same_runner,
-        cases=tuple(live.cases),
+        cases=with_drift(live.cases, reports, diff),  # with drift where environments differ
         runner=request.profile.name,
         rounds=live.rounds,
         started_at=started_at,
@@ -202,7 +204,7 @@ def finish_comparison(
             "runs_per_round": runs_per_round(request),
         },
         infra_errors=incomplete(reports),
-        env_diff=env_diff(reports["base"].env, reports["head"].env),
+        env_diff=diff,
         load_errors=load_errors(reports),
     )
     write_comparison(comparison, out_dir, references=request.references_root)

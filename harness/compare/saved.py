@@ -3,7 +3,11 @@
 The runs are over, so there is no interleaving and no confirmation batch: latency uses every
 measured repeat of each side, and a regression found here is not confirmed. Their environment
 fingerprints (less the code under test) must match; otherwise every case is
-``not_comparable`` and ``env_differences`` names the fields that differ.
+``not_comparable`` and ``env_differences`` names the fields that differ, unless
+``--allow-different-env`` (two CI artifacts from two runners). Either way ``env_diff`` holds
+every difference (Python, packages, FFmpeg, driver, runner image, CPU flags) and each case its
+drift: input hashes, first divergence and those differences side by side
+(:mod:`harness.compare.drift`).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from harness.compare.drift import with_drift
 from harness.compare.envdiff import env_diff, env_differences
 from harness.compare.judge import judge_case
 from harness.compare.latency import decide_stages
@@ -52,6 +57,7 @@ def compare_reports(
         "head": head_dir if head_dir.is_dir() else head_dir.parent,
     }
     differences = env_differences(reports["base"].env, reports["head"].env)
+    diff = env_diff(reports["base"].env, reports["head"].env)
     comparable = not differences or allow_different_env
     comparison_id = check_run_id(request.comparison_id) if request.comparison_id else new_run_id()
     out_dir = request.out_root / comparison_id
@@ -124,7 +130,8 @@ def compare_reports(
             code_files=side_code_files(reports["head"]),
         ),
         same_runner=not differences,
-        cases=tuple(cases),
+        # environments that differ: each case's drift (inputs, first divergence, differences)
+        cases=with_drift(cases, reports, diff),
         runner=reports["head"].runner,
         rounds=0,
         started_at=started,
@@ -135,7 +142,7 @@ def compare_reports(
         noise_source=calibration.source if calibration.figures else None,
         calibration=calibration.to_json(),
         settings={"delta": latency.delta, "alpha": latency.alpha},
-        env_diff=env_diff(reports["base"].env, reports["head"].env),
+        env_diff=diff,
         infra_errors=incomplete(reports),
         load_errors=load_errors(reports),
     )

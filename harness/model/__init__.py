@@ -12,7 +12,6 @@ from harness.model.comparison import (
     CaseComparison,
     Comparison,
     Divergence,
-    EnvDiff,
     FailureMatrix,
     QualityFinding,
     SideInfo,
@@ -35,6 +34,7 @@ from harness.model.counting import (
     stage_samples,
     warmup_runs,
 )
+from harness.model.drift import Drift, EnvDiff
 from harness.model.records import (
     SCHEMA_VERSION,
     Attempt,
@@ -101,6 +101,7 @@ __all__ = [
     "CheckSpec",
     "Comparison",
     "Divergence",
+    "Drift",
     "EnvDiff",
     "ErrorInfo",
     "FailureMatrix",

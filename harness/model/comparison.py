@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from harness.model.drift import Drift, EnvDiff
 from harness.model.exits import exit_status
 from harness.model.vocab import json_safe, number_from_json
 
@@ -200,6 +201,9 @@ class CaseComparison:
     rounds: int = 0
     unstable: bool = False
     reason: str | None = None
+    # When the sides' environments differ: inputs, first divergence and the differences
+    # (harness.model.drift); absent from the JSON otherwise.
+    drift: Drift | None = None
 
     @property
     def name(self) -> str:
@@ -220,6 +224,7 @@ class CaseComparison:
             "quality": [q.to_json() for q in self.quality],
             "failures": self.failures.to_json(),
             "divergence": self.divergence.to_json(),
+            **({"drift": self.drift.to_json()} if self.drift is not None else {}),
         }
 
     @classmethod
@@ -238,6 +243,7 @@ class CaseComparison:
             rounds=d.get("rounds", 0),
             unstable=d.get("unstable", False),
             reason=d.get("reason"),
+            drift=Drift.from_json(d["drift"]) if d.get("drift") else None,
         )
 
 
@@ -260,48 +266,6 @@ class SideInfo:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> SideInfo:
         return cls(**{**d, "code_files": dict(d.get("code_files", {}))})
-
-
-@dataclass(frozen=True)
-class EnvDiff:
-    """What differs between the two sides' environments: the Python version and packages.
-
-    ``added`` are in head only, ``removed`` in base only, ``changed`` name -> (base, head);
-    names are canonical distribution names. ``reason`` says why the packages could not be
-    compared (a side's report predates the package list); then the three are empty.
-    """
-
-    python: tuple[str | None, str | None] | None = None  # (base, head) when they differ
-    added: Mapping[str, str] = field(default_factory=dict)
-    removed: Mapping[str, str] = field(default_factory=dict)
-    changed: Mapping[str, tuple[str, str]] = field(default_factory=dict)
-    reason: str | None = None
-
-    @property
-    def empty(self) -> bool:
-        return not (self.python or self.added or self.removed or self.changed)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "python": None
-            if self.python is None
-            else {"base": self.python[0], "head": self.python[1]},
-            "added": dict(self.added),
-            "removed": dict(self.removed),
-            "changed": {k: {"base": b, "head": h} for k, (b, h) in self.changed.items()},
-            "reason": self.reason,
-        }
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> EnvDiff:
-        py = d.get("python")
-        return cls(
-            python=None if py is None else (py.get("base"), py.get("head")),
-            added=dict(d.get("added", {})),
-            removed=dict(d.get("removed", {})),
-            changed={k: (v["base"], v["head"]) for k, v in d.get("changed", {}).items()},
-            reason=d.get("reason"),
-        )
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,8 @@ def _divergence(c: CaseComparison) -> str:
 
 
 def env_diff_lines(comparison: Comparison) -> list[str]:
-    """The environment difference: Python and package versions, base -> head (a table)."""
+    """The environment difference: Python, the machine (FFmpeg, driver, runner image, CPU
+    flags, ...) and package versions, base -> head (a table)."""
     d = comparison.env_diff
     if d is None or (d.empty and d.reason is None):
         return []
@@ -99,12 +100,33 @@ def env_diff_lines(comparison: Comparison) -> list[str]:
     lines += ["| package | base | head |", "|---|---|---|"]
     if d.python is not None:
         lines.append(row(["Python", md_text(d.python[0] or "-"), md_text(d.python[1] or "-")]))
+    for name, (b, h) in d.system.items():  # FFmpeg, driver, runner image, CPU flags, ...
+        lines.append(row([md_text(name), md_text(b or "-"), md_text(h or "-")]))
     rows = [
         *((name, b, h) for name, (b, h) in d.changed.items()),
         *((name, "-", v) for name, v in d.added.items()),
         *((name, v, "-") for name, v in d.removed.items()),
     ]
     lines += [row([md_code(n), md_text(b), md_text(h)]) for n, b, h in sorted(rows)]
+    return lines
+
+
+def drift_lines(comparison: Comparison) -> list[str]:
+    """Each case's drift where the environments differ (worst verdict first): its input
+    hashes, its first divergence and the environment differences on one line."""
+    rank = {v: i for i, v in enumerate(VERDICTS)}
+    drifted = sorted(
+        (c for c in comparison.cases if c.drift is not None), key=lambda c: rank.get(c.verdict, -1)
+    )
+    if not drifted:
+        return []
+    lines = ["", "#### Environment drift", ""]
+    for c in drifted:
+        assert c.drift is not None
+        lines.append(
+            f"- {md_code(c.name, table=False)} ({md_text(c.verdict.replace('_', ' '))}): "
+            f"{md_text(c.drift.line(), limit=CELL_CHARS * 4)}"
+        )
     return lines
 
 
@@ -210,7 +232,7 @@ def comparison_markdown(comparison: Comparison, *, max_bytes: int = DEFAULT_MAX_
     for e in comparison.load_errors:
         doc.force("")
         doc.add(f"🛑 case file did not load: {md_text(first_line(e), limit=CELL_CHARS * 2)}")
-    for line in env_diff_lines(comparison):
+    for line in [*env_diff_lines(comparison), *drift_lines(comparison)]:
         doc.add(line)
     rank = {v: i for i, v in enumerate(VERDICTS)}
     ordered = sorted(comparison.cases, key=lambda c: rank.get(c.verdict, -1))

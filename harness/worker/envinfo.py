@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import platforms
+from harness.worker.machineinfo import cpu_flags, runner_image
 
 __all__ = ["ENV_KEYS", "OPTIONAL_ENV_KEYS", "collect_env", "env_digest", "git_state", "packages"]
 
@@ -61,9 +62,14 @@ ENV_KEYS: tuple[str, ...] = (
     "git",
 )
 # Keys collect_env also produces that the schema does not require (reports written before them
-# stay valid): the fingerprint of every real platform, and ``packages``, every installed
-# distribution, name -> version.
-OPTIONAL_ENV_KEYS: tuple[str, ...] = ("platform_fingerprints", "packages")
+# stay valid): the fingerprint of every real platform, ``packages`` (every installed
+# distribution, name -> version), the CPU's kernel-selecting flags and the CI runner's image.
+OPTIONAL_ENV_KEYS: tuple[str, ...] = (
+    "platform_fingerprints",
+    "packages",
+    "cpu_flags",
+    "runner_image",
+)
 
 # Long enough for a loaded nvidia-smi, short enough that a wedged driver cannot stall a run.
 _DRIVER_TIMEOUT_S = 5.0
@@ -131,6 +137,9 @@ def collect_env(code_root: Path | None) -> dict[str, Any]:
         # Per real platform (the CPU too): driver, runtime, arch, devices, memory, clocks.
         "platform_fingerprints": _platform_fingerprints(),
         "packages": packages(),
+        # What else tells two runners apart (harness.worker.machineinfo).
+        "cpu_flags": cpu_flags(),
+        "runner_image": runner_image(),
     }
 
 

@@ -11,6 +11,7 @@ the files written.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,7 +30,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("two-envs")]
 RUNNER = str(REPO / "runners" / "cpu.toml")
 
 
-def cli(python: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def cli(
+    python: str, *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [python, "-m", "harness.cli", *args],
         cwd=cwd,
@@ -37,6 +40,7 @@ def cli(python: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=900,
         check=False,
+        env=None if env is None else {**os.environ, **env},
     )
 
 
@@ -197,3 +201,99 @@ def test_b_release_that_changes_nothing_is_no_change_for_the_checked_out_revisio
     assert base["env"]["rev"] == head["env"]["rev"] == sha
     assert base["env"]["packages"]["tinyav-knob"] == "1.0"
     assert head["env"]["packages"]["tinyav-knob"] == "1.1"
+
+
+def test_c_two_saved_runs_from_two_runners_show_the_environment_beside_the_divergence(
+    lab: dict[str, Any],
+) -> None:
+    """Two CI artifacts: a run in environment ``a`` (knob 1.0) and one in ``b`` (knob 2.0,
+    whose noise gain changes the render stage's numbers), each recorded as a different GitHub
+    runner would record it (runner name and image variables)."""
+    runners = {
+        "a": {"RUNNER_NAME": "ci-runner-a", "ImageOS": "ubuntu22", "ImageVersion": "20241201.1"},
+        "b": {"RUNNER_NAME": "ci-runner-b", "ImageOS": "ubuntu24", "ImageVersion": "20241125.1"},
+    }
+    for venv, variables in runners.items():
+        run = cli(
+            str(lab[venv] / "bin" / "python"),
+            "run",
+            "cases",
+            "--code-root",
+            str(lab["repo"] / "scen"),
+            "--references",
+            str(lab["refs"]),
+            "--runner",
+            RUNNER,
+            "--out",
+            str(lab["runs"]),
+            "--run-id",
+            f"ci-{venv}",
+            cwd=lab["work"],
+            env=variables,
+        )
+        assert (lab["runs"] / f"ci-{venv}" / "report.json").is_file(), run.stderr[-3000:]
+    environment = [
+        "runner image ubuntu22 20241201.1 -> ubuntu24 20241125.1",
+        "runner ci-runner-a -> ci-runner-b",
+        "tinyav-knob 1.0 -> 2.0",
+    ]
+    expected = (
+        "inputs identical (1 hash); first divergence at render.image; environments differ in "
+        + ", ".join(environment)
+    )
+
+    def compare_saved(cid: str, *extra: str) -> tuple[int, dict[str, Any]]:
+        proc = cli(
+            sys.executable,
+            "compare",
+            str(lab["runs"] / "ci-a"),
+            str(lab["runs"] / "ci-b"),
+            "--references",
+            str(lab["refs"]),
+            "--out",
+            str(lab["runs"]),
+            "--id",
+            cid,
+            *extra,
+            cwd=lab["work"],
+        )
+        path = lab["runs"] / cid / "comparison.json"
+        assert path.is_file(), proc.stderr[-3000:]
+        doc = json.loads(path.read_text())
+        validate_comparison(doc)
+        assert Comparison.from_json(doc).to_json() == doc
+        return proc.returncode, doc
+
+    # without the flag: refused (another runner), and still says what differs and where
+    code, doc = compare_saved("saved-refused")
+    c = only_case(doc)
+    assert doc["env_differences"] == ["runner_name"] and c["verdict"] == "not_comparable"
+    assert c["drift"]["text"] == expected and code == 3
+
+    code, doc = compare_saved("saved-allowed", "--allow-different-env")
+    c = only_case(doc)
+    assert doc["allowed_different_env"] is True
+    assert doc["env_diff"]["changed"] == {"tinyav-knob": {"base": "1.0", "head": "2.0"}}
+    assert doc["env_diff"]["system"]["runner image"] == {
+        "base": "ubuntu22 20241201.1",
+        "head": "ubuntu24 20241125.1",
+    }
+    psnr = next(q for q in c["quality"] if q["metric"] == "psnr")
+    assert psnr["verdict"] == "regression" and psnr["base_vs_ref"] == "inf", psnr
+    assert c["verdict"] == "regression" and code == 1
+    assert c["drift"] == {
+        "inputs": "identical",
+        "input_hashes": 1,  # latents.init: the seeded noise, the same on both runners
+        "first": "render.image",
+        "environment": environment,
+        "text": expected,
+    }
+    folder = lab["runs"] / "saved-allowed"
+    summary = (folder / "summary.md").read_text()
+    assert "#### Environment drift" in summary
+    assert "| runner image | ubuntu22 20241201.1 | ubuntu24 20241125.1 |" in summary
+    assert (
+        f"- `{CASE_NAME}` (regression): inputs identical (1 hash); first divergence at " in summary
+    )
+    html = (folder / "index.html").read_text()
+    assert "environment drift</b>: " + expected.replace("->", "-&gt;") in html
