@@ -56,8 +56,8 @@ def _text(value: Any) -> str | None:
     if value is None or value == "" or value == []:
         return None
     if isinstance(value, list | tuple):
-        return " ".join(str(v) for v in value)
-    return " ".join(str(value).split())[:120]
+        return " ".join(str(v) for v in value) or None
+    return " ".join(str(value).split())[:120] or None
 
 
 # Facts read from one env field each, recorded as None where the machine has none of it.
