@@ -29,7 +29,7 @@ A run-level *finding* is a signature seen on attempts of two or more cases, or o
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
@@ -153,13 +153,17 @@ TYPE_KINDS: Mapping[str, Kind] = {
 _INFRA_CODE = re.compile(r"403|408|429|5\d\d")
 
 
-def _shape(etype: str, message: str) -> tuple[Kind, re.Match[str] | None] | None:
+def _matches(etype: str, message: str) -> Iterator[tuple[Kind, re.Match[str] | None]]:
+    """Every row of :data:`SHAPES` that matches, in table order (an HTTP status below 400, a
+    log's ``HTTP/1.1 200``, is no failure and skipped), then what the error's type says."""
     for shape in SHAPES:
-        m = shape.pattern.search(message)
-        if m is not None:
-            return shape.kind, m
+        for m in shape.pattern.finditer(message):
+            if shape.kind != "http" or int(m.group("code")) >= 400:
+                yield shape.kind, m
+                break
     kind = TYPE_KINDS.get(etype)
-    return (kind, None) if kind is not None else None
+    if kind is not None:
+        yield kind, None
 
 
 def looks_like_infrastructure(text: str) -> bool:
@@ -173,11 +177,10 @@ def looks_like_infrastructure(text: str) -> bool:
     >>> looks_like_infrastructure("ERROR: HTTP error 404 while getting https://h.org/x")
     False
     """
-    found = _shape("", text)
-    if found is None:
-        return False
-    kind, m = found
-    return kind != "http" or (m is not None and bool(_INFRA_CODE.fullmatch(m.group("code"))))
+    return any(
+        kind != "http" or (m is not None and bool(_INFRA_CODE.fullmatch(m.group("code"))))
+        for kind, m in _matches("", text)
+    )
 
 
 _URL = re.compile(r"\b(?:https?|ftp)://[^\s'\"<>()\[\]{}]+", re.I)
@@ -307,7 +310,7 @@ def classify(etype: str, message: str) -> str | None:
     >>> classify("ValueError", "bad shape 3 vs 4") is None
     True
     """
-    found = _shape(etype, message)
+    found = next(_matches(etype, message), None)
     return None if found is None else _target(found[0], found[1], message)
 
 

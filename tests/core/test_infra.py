@@ -157,6 +157,13 @@ def test_every_row_of_the_classifier_reads_its_own_example(shape: Shape) -> None
     assert signature is not None and signature.startswith(_KIND_PREFIX[shape.kind]), signature
 
 
+def test_a_status_line_that_is_no_failure_does_not_hide_one() -> None:
+    log = "GET /simple/x/ HTTP/1.1 200\ncurl: (6) Could not resolve host: h.org"
+    assert looks_like_infrastructure(log)
+    assert classify("", log) == "DNS name-not-resolved h.org"
+    assert classify("", "HTTP/1.1 200 OK") is None
+
+
 def test_code_failures_are_not_classified() -> None:
     for etype, message in (
         ("AssertionError", "psnr 28.1 < 30"),
