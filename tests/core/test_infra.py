@@ -339,6 +339,10 @@ def test_both_sides_failing_on_one_infrastructure_signature_is_infrastructure() 
     )
     judged = judge_case(base, head, case=None, latency=[], base_root=Path("."), head_root=Path("."))
     assert judged.verdict == "infrastructure"
+    from harness.model import Comparison, SideInfo
+
+    side = SideInfo(None, "r", "d")
+    assert Comparison("c", side, side, True, (judged,)).exit_code() == 3  # did not compare
     # a code failure on one side is the code's: judged as before, never infrastructure
     code = _case("a", [_attempt(0, "bad shape 3 vs 4", "ValueError")])
     assert failure_matrix(code, head).verdict == "new_failure"

@@ -125,16 +125,22 @@ def test_a_dependency_download_answering_403_every_time_is_infrastructure(
     assert "infra" not in code["attempts"][0]
     assert "banner infra" in (folder / "index.html").read_text()
 
-    # -- the same failure in a second run (no retries): both sides of a comparison hit it
-    again = harness(project, "run", "cases", "--run-id", "r2", "--retries", "0", "-q")
-    assert again.returncode == 1, again.stderr
+    # -- the install step alone, no retries: the run's only failures are infrastructure, exit 3
+    again = harness(project, "run", "cases", "-k", "install", "--run-id", "r2", "--retries", "0")
+    assert again.returncode == 3, again.stderr
+    assert f"infrastructure: HTTP 403 on {wheel} (2 cases, 2 attempts); not a code failure" in (
+        again.stderr.splitlines()
+    )
+
+    # -- both sides of a comparison hit it: infrastructure, never "pre-existing" or "no change"
     cmp = harness(project, "compare", "reports/r1", "reports/r2", "--id", "c1")
     comparison = json.loads((project / "reports" / "c1" / "comparison.json").read_text())
     validate_comparison(comparison)
     verdicts = {c["id"]: (c["verdict"], c["reason"]) for c in comparison["cases"]}
     both = f"infrastructure on both sides: HTTP 403 on {wheel}; not a code failure"
     assert verdicts["install-a"] == verdicts["install-b"] == ("infrastructure", both)
-    assert verdicts["denoise-check"][0] == "pre_existing_failure"
-    # infrastructure did not compare: exit 3, never 0 ("no change") nor 1 ("new failure")
-    assert cmp.returncode == 3, cmp.stderr
+    assert verdicts["denoise-check"][0] == "missing"  # r2 did not run it
+    assert cmp.returncode == 3, cmp.stderr  # neither compared: never 0, never 1
     assert f"infrastructure       import/install-a[cpu]: {both}" in cmp.stderr
+    summary = (project / "reports" / "c1" / "summary.md").read_text()
+    assert summary.startswith("### 🛑 2 infrastructure, 1 missing: ")
