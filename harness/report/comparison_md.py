@@ -18,6 +18,7 @@ from harness.report.markdown import (
     duration_text,
     first_line,
     md_code,
+    md_signature,
     md_text,
     row,
 )
@@ -111,6 +112,21 @@ def env_diff_lines(comparison: Comparison) -> list[str]:
     return lines
 
 
+def infrastructure_lines(comparison: Comparison) -> list[str]:
+    """One line per infrastructure signature that stopped cases on both sides, the summary's
+    first: ``infrastructure: HTTP 403 on <url> (2 cases, both sides); not a code failure``."""
+    cases: dict[str, int] = {}
+    for c in comparison.cases:
+        if c.verdict == "infrastructure":
+            for sig in c.failures.head_signatures:
+                cases[sig] = cases.get(sig, 0) + 1
+    return [
+        f"### 🛑 infrastructure: {md_signature(sig)} ({n} case{'s' * (n != 1)}, both "
+        "sides); not a code failure"
+        for sig, n in sorted(cases.items(), key=lambda kv: (-kv[1], kv[0]))
+    ]
+
+
 def drift_lines(comparison: Comparison) -> list[str]:
     """Each case's drift where the environments differ (worst verdict first): its input
     hashes, its first divergence and the environment differences on one line."""
@@ -195,6 +211,8 @@ def comparison_markdown(comparison: Comparison, *, max_bytes: int = DEFAULT_MAX_
     """The summary: a verdict line, the cases that need attention worst first, the rest
     collapsed; at most ``max_bytes`` of UTF-8."""
     doc = Budget(max_bytes)
+    for line in infrastructure_lines(comparison):
+        doc.force(line)
     doc.force(f"### {verdict_line(comparison)}")
     doc.force("")
     base, head = comparison.base, comparison.head

@@ -199,17 +199,21 @@ def verdict_line(report: RunReport) -> str:
     return line
 
 
+def md_signature(signature: str) -> str:
+    """An infrastructure signature as Markdown: ``HTTP 403 on `<url>```, the target in code."""
+    text = describe(signature)
+    target = signature.rpartition(" ")[2]
+    if " " in signature and text.endswith(target):
+        return f"{md_text(text[: -len(target)])} {md_code(target, table=False)}"
+    return md_text(text)
+
+
 def infrastructure_lines(report: RunReport) -> list[str]:
     """One line per infrastructure finding, the document's first lines: ``infrastructure: HTTP
     403 on `<url>` (4 cases, 9 attempts); not a code failure``."""
     out = []
     for f in report.infrastructure:
-        text = describe(f.signature)
-        target = f.signature.rpartition(" ")[2]
-        if " " in f.signature and text.endswith(target):
-            text = f"{md_text(text[: -len(target)])} {md_code(target, table=False)}"
-        else:
-            text = md_text(text)
+        text = md_signature(f.signature)
         n, k = len(f.cases), f.attempts
         out.append(
             f"infrastructure: {text} ({n} case{'s' * (n != 1)}, {k} attempt{'s' * (k != 1)}); "

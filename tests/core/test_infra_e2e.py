@@ -143,4 +143,8 @@ def test_a_dependency_download_answering_403_every_time_is_infrastructure(
     assert cmp.returncode == 3, cmp.stderr  # neither compared: never 0, never 1
     assert f"infrastructure       import/install-a[cpu]: {both}" in cmp.stderr
     summary = (project / "reports" / "c1" / "summary.md").read_text()
-    assert summary.startswith("### 🛑 2 infrastructure, 1 missing: ")
+    first, second = summary.splitlines()[:2]
+    assert first == (
+        f"### 🛑 infrastructure: HTTP 403 on `{wheel}` (2 cases, both sides); not a code failure"
+    )
+    assert second.startswith("### 🛑 2 infrastructure, 1 missing: ")
