@@ -16,6 +16,9 @@ from typing import Any
 HISTORY_EXAMPLE = """\
 examples:
   harness history ingest reports/merged-* --db history.db
+  harness history check --db history.db              # the change points of the last ingest
+  harness history check --db history.db --since 3f2a9c1
+  harness history site --db history.db --out site/
 """
 
 INGEST_EXAMPLE = """\
@@ -53,6 +56,107 @@ def add_parser(sub: Any) -> None:
     ing.add_argument("-q", "--quiet", action="store_true", help="only refusals and the total")
     ing.set_defaults(func=main_ingest)
 
+    chk = hsub.add_parser(
+        "check",
+        help="print the new change points (exit 1 on a new regression)",
+        description="Detect change points per series (case x stage latency, case x check "
+        "value, case pass rate; per runner class and platform) and print the new ones.",
+        epilog=CHECK_EXAMPLE,
+        formatter_class=raw,
+    )
+    _db_arg(chk)
+    chk.add_argument(
+        "--since",
+        metavar="REV",
+        help="new = runs after the last run of this commit (or prefix) or run id "
+        "(default: the runs of the latest ingest)",
+    )
+    _detect_args(chk)
+    chk.add_argument(
+        "--window",
+        type=int,
+        default=200,
+        metavar="N",
+        help="runs analysed per series, newest last (default 200; at least the new runs "
+        "and 100 before them)",
+    )
+    chk.set_defaults(func=main_check)
+
+    site = hsub.add_parser(
+        "site",
+        help="write the history as static HTML",
+        description="Write index.html (latest change points first, a sparkline per series) "
+        "and a page per case under --out: self-contained, no script, no network.",
+        epilog=SITE_EXAMPLE,
+        formatter_class=raw,
+    )
+    _db_arg(site)
+    site.add_argument("--out", type=Path, required=True, metavar="DIR", help="site folder")
+    site.add_argument(
+        "--last",
+        type=int,
+        default=200,
+        metavar="N",
+        help="runs drawn and analysed per runner class, newest last (default 200; 0: all)",
+    )
+    _detect_args(site)
+    site.add_argument("-q", "--quiet", action="store_true")
+    site.set_defaults(func=main_site)
+
+
+CHECK_EXAMPLE = """\
+Change points come from Apache Otava (E-Divisive means, t-test significance): each with its
+commit range, its size (latency: the ratio of the two segments' geometric means) and p-value,
+where both sides recorded fingerprints the first input or stage fingerprint that differs, and
+the harness bisect command that would pin it. A regression: slower latency by at least
+--min-step, a lower pass rate, a check value moved toward its threshold, with at least
+--min-after runs after the step. exit codes: 0 no new regression; 1 a new regression; 2 bad
+input.
+
+example:
+  harness history check --db history.db --since main~20
+"""
+
+
+SITE_EXAMPLE = """\
+Links to run folders are relative to --out: publish the site beside the run folders (or open
+it where it was written).
+
+example:
+  harness history site --db history.db --out site/ --last 500
+"""
+
+
+def _detect_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--max-pvalue", type=float, default=0.001, metavar="P", help="significance (0.001)"
+    )
+    p.add_argument(
+        "--min-step",
+        type=float,
+        default=0.02,
+        metavar="FRACTION",
+        help="smallest latency step that is a regression (default 0.02)",
+    )
+    p.add_argument(
+        "--min-after",
+        type=int,
+        default=2,
+        metavar="N",
+        help="runs after a step before it counts (default 2)",
+    )
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from harness.errors import UsageError
+    from harness.history.detect import Settings
+
+    if not 0 < args.max_pvalue < 1:
+        raise UsageError(f"--max-pvalue {args.max_pvalue}: expected a probability in (0, 1)")
+    if args.min_step < 0 or args.min_after < 1:
+        raise UsageError("--min-step must be >= 0 and --min-after >= 1")
+    return Settings(max_pvalue=args.max_pvalue, min_step=args.min_step, min_after=args.min_after)
+
 
 def _db_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
@@ -79,3 +183,33 @@ def main_ingest(args: argparse.Namespace) -> int:
         f"{len(out.refused)} refused"
     )
     return 2 if out.refused else 0
+
+
+def main_check(args: argparse.Namespace) -> int:
+    from harness.history.check import check, render
+    from harness.history.db import open_db
+
+    settings = _settings(args)
+    with contextlib.closing(open_db(args.db, create=False)) as db:
+        report = check(db, since=args.since, settings=settings, window=args.window)
+    print(render(report))
+    return 1 if report.regressions else 0
+
+
+def main_site(args: argparse.Namespace) -> int:
+    from harness.cli.usage import writable_folder
+    from harness.history.db import open_db
+    from harness.history.site import build_site
+
+    settings = _settings(args)
+    writable_folder("--out", args.out)
+    say = (lambda _l: None) if args.quiet else (lambda line: print(line, file=sys.stderr))
+    with contextlib.closing(open_db(args.db, create=False)) as db:
+        out = build_site(
+            db, args.out, last=max(args.last, 0), settings=settings, db_label=str(args.db), say=say
+        )
+    print(
+        f"{args.out}/index.html: {out.pages} page(s), {out.series} series, "
+        f"{out.change_points} change point(s), {out.bytes / 1e6:.1f} MB"
+    )
+    return 0

@@ -12,11 +12,8 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
+from histories import RUNS, STEP_AT  # noqa: E402
 from history_synth import Truth, write_history  # noqa: E402
-
-# a +20 % step of case-00's stages at run 30, a flaky period of case-01 (runs 12-20)
-STEP_AT = 30
-RUNS = 45
 
 
 @pytest.fixture(scope="session")
