@@ -121,6 +121,8 @@ def _stage_rows(name: str, passing: list[Attempt]) -> list[StageRow]:
 def _check_rows(name: str, case: CaseResult) -> list[CheckRow]:
     out = []
     for c in case.checks:
+        if c.metric.startswith("latency."):
+            continue  # a latency budget's value is its stage's median: the stage series has it
         v = c.value
         if isinstance(v, bool) or not isinstance(v, int | float):
             continue  # a note's string, a check that did not run: no value to plot
