@@ -73,12 +73,11 @@ def add_parser(sub: Any) -> None:
     )
     _detect_args(chk)
     chk.add_argument(
-        "--window",
+        "--context",
         type=int,
-        default=200,
+        default=60,
         metavar="N",
-        help="runs analysed per series, newest last (default 200; at least the new runs "
-        "and 100 before them)",
+        help="runs before the new ones analysed with them (default 60)",
     )
     chk.set_defaults(func=main_check)
 
@@ -108,10 +107,11 @@ CHECK_EXAMPLE = """\
 Change points come from Apache Otava (E-Divisive means, t-test significance): each with its
 commit range, its size (latency: the ratio of the two segments' geometric means) and p-value,
 where both sides recorded fingerprints the first input or stage fingerprint that differs, and
-the harness bisect command that would pin it. A regression: slower latency by at least
---min-step, a lower pass rate, a check value moved toward its threshold, with at least
---min-after runs after the step. exit codes: 0 no new regression; 1 a new regression; 2 bad
-input.
+the harness bisect command that would pin it. New: the first run after the step is new, and
+its p-value meets --max-pvalue divided by the number of series analysed (Bonferroni). A
+regression: slower latency by at least --min-step, a lower pass rate, a check value moved
+toward its threshold, with at least --min-after runs after the step.
+exit codes: 0 no new regression; 1 a new regression; 2 bad input.
 
 example:
   harness history check --db history.db --since main~20
@@ -186,12 +186,15 @@ def main_ingest(args: argparse.Namespace) -> int:
 
 
 def main_check(args: argparse.Namespace) -> int:
+    from harness.errors import UsageError
     from harness.history.check import check, render
     from harness.history.db import open_db
 
     settings = _settings(args)
     with contextlib.closing(open_db(args.db, create=False)) as db:
-        report = check(db, since=args.since, settings=settings, window=args.window)
+        if args.context < 4:
+            raise UsageError(f"--context {args.context}: expected at least 4 runs")
+        report = check(db, since=args.since, settings=settings, context=args.context)
     print(render(report))
     return 1 if report.regressions else 0
 

@@ -65,7 +65,6 @@ CREATE TABLE IF NOT EXISTS stages (
     wall_median REAL NOT NULL,
     PRIMARY KEY (run, name, stage)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS stages_by_name ON stages(name, stage);
 CREATE TABLE IF NOT EXISTS checks (
     run INTEGER NOT NULL REFERENCES runs(id),
     name TEXT NOT NULL,
@@ -75,7 +74,6 @@ CREATE TABLE IF NOT EXISTS checks (
     passed INTEGER,
     PRIMARY KEY (run, name, check_name)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS checks_by_name ON checks(name, check_name);
 """
 
 

@@ -29,7 +29,7 @@ from typing import Any
 from harness.errors import InputError
 from harness.history.series import Point, Series
 
-__all__ = ["DEFAULT", "ChangePoint", "Settings", "change_points"]
+__all__ = ["DEFAULT", "ChangePoint", "Settings", "change_points", "family_pvalue"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,12 @@ class ChangePoint:
         if self.series.key.kind == "pass":
             return f"{self.step * 100:+.0f} points of pass rate"
         return f"{self.mean_before:.6g} -> {self.mean_after:.6g}"
+
+
+def family_pvalue(settings: Settings, series: int) -> float:
+    """The p-value a change point must meet when ``series`` series are looked at together
+    (Bonferroni): a thousand noisy series at p <= 0.001 each give false steps every night."""
+    return settings.max_pvalue / max(series, 1)
 
 
 def _otava() -> Any:

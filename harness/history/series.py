@@ -17,6 +17,7 @@ import json
 import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["Group", "Point", "RunInfo", "Series", "SeriesKey", "groups", "load_series", "runs_of"]
 
@@ -59,8 +60,7 @@ class SeriesKey:
         return self.what.split(":", 1)[1] if ":" in self.what else "pass rate"
 
 
-@dataclass(frozen=True)
-class Point:
+class Point(NamedTuple):
     run: RunInfo
     value: float
     lo: float | None = None  # a stage's spread over the run's measured attempts
@@ -112,38 +112,42 @@ def load_series(db: sqlite3.Connection, *, last: int = 0, case: str | None = Non
         runs = runs_of(db, group, last)
         by_pk = {r.pk: r for r in runs}
         _selected(db, runs)
-        found: dict[SeriesKey, Series] = {}
+        found: dict[tuple[str, str], Series] = {}
 
-        def add(
-            key: SeriesKey, point: Point, op: str = "", found: dict[SeriesKey, Series] = found
-        ) -> None:
-            s = found.get(key)
+        def get(
+            name: str,
+            what: str,
+            op: str = "",
+            found: dict[tuple[str, str], Series] = found,
+            group: Group = group,
+        ) -> Series:
+            s = found.get((name, what))
             if s is None:
-                s = found[key] = Series(key, [], op)
-            s.points.append(point)
+                s = found[(name, what)] = Series(SeriesKey(group, name, what), [], op)
+            return s
 
         for pk, name, stage, median, lo, hi in db.execute(
             "SELECT t.run, t.name, t.stage, t.median, t.lo, t.hi FROM stages t "
             f"JOIN sel ON sel.run = t.run WHERE 1{where}",
             extra,
         ):
-            add(SeriesKey(group, name, f"stage:{stage}"), Point(by_pk[pk], median, lo, hi))
+            get(name, "stage:" + stage).points.append(Point(by_pk[pk], median, lo, hi))
         for pk, name, check, op, value in db.execute(
             "SELECT t.run, t.name, t.check_name, t.op, t.value FROM checks t "
             f"JOIN sel ON sel.run = t.run WHERE 1{where}",
             extra,
         ):
-            add(SeriesKey(group, name, f"check:{check}"), Point(by_pk[pk], value), op)
+            get(name, "check:" + check, op).points.append(Point(by_pk[pk], value))
         for pk, name, measured, passed in db.execute(
             f"SELECT t.run, t.name, t.measured, t.passed FROM cases t JOIN sel ON sel.run = t.run"
             f" WHERE t.measured > 0{where}",
             extra,
         ):
-            add(SeriesKey(group, name, "pass"), Point(by_pk[pk], passed / measured))
+            get(name, "pass").points.append(Point(by_pk[pk], passed / measured))
         order = {r.pk: i for i, r in enumerate(runs)}
         for s in found.values():
             s.points.sort(key=lambda p: order[p.run.pk])
-        out.extend(found[k] for k in sorted(found, key=lambda k: (k.case, k.what)))
+        out.extend(found[k] for k in sorted(found))
     return out
 
 

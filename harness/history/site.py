@@ -8,7 +8,9 @@ their run folders. Pages are Jinja2 templates (autoescaped) with inline CSS and 
 no script; the Content Security Policy is the reports' (nothing loads from the network).
 
 Only the newest ``last`` runs of each runner class are drawn and analysed (default 200): a
-page of every run since the project began would grow without bound.
+page of every run since the project began would grow without bound. A change point is marked
+when its p-value meets ``max_pvalue`` divided by the number of series (Bonferroni, as
+``history check`` does).
 
 Example::
 
@@ -29,7 +31,7 @@ from typing import Any
 import jinja2
 
 from harness.fsio import slug, write_text_atomic
-from harness.history.detect import DEFAULT, ChangePoint, Settings, change_points
+from harness.history.detect import DEFAULT, ChangePoint, Settings, change_points, family_pvalue
 from harness.history.series import Group, RunInfo, Series, case_runs, load_series, runs_of
 from harness.history.svg import chart, sparkline
 
@@ -97,8 +99,9 @@ def build_site(
     summary = SiteSummary()
     all_series = load_series(db, last=last)
     cps: dict[int, list[ChangePoint]] = {}
+    threshold = family_pvalue(settings, len(all_series))
     for i, s in enumerate(all_series):
-        cps[i] = change_points(s, settings)
+        cps[i] = [c for c in change_points(s, settings) if c.pvalue <= threshold]
     say(f"{len(all_series)} series, {sum(map(len, cps.values()))} change point(s)")
     by_case: dict[str, list[int]] = {}
     for i, s in enumerate(all_series):
