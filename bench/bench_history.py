@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import tempfile
 import time
@@ -72,38 +73,49 @@ def main(argv: list[str] | None = None) -> int:
         size = sum((f / "report.json").stat().st_size for f in runs)
         print(f"{len(runs)} run folders, report.json {size / len(runs) / 1e3:.0f} kB each")
         db_path = Path(tmp) / "history.db"
+        print(
+            f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores: wall seconds "
+            "(this process's CPU seconds: what wall time is on an idle machine)"
+        )
         with contextlib.closing(open_db(db_path)) as db:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             first = ingest(db, runs[:-NIGHTLY])
             t1 = time.perf_counter()
             nightly = ingest(db, runs[-NIGHTLY:])
             t2 = time.perf_counter()
             assert not first.refused and not nightly.refused, first.refused + nightly.refused
-            ingest_s = t2 - t0
+            ingest_s, ingest_cpu = t2 - t0, time.process_time() - c0
             print(
-                f"ingest: {len(runs)} runs in {ingest_s:.1f} s ({t1 - t0:.1f} s for "
+                f"ingest: {len(runs)} runs in {ingest_s:.1f} s ({ingest_cpu:.1f} s CPU; "
+                f"{t1 - t0:.1f} s for "
                 f"{len(first.added)}, {t2 - t1:.2f} s for the nightly {NIGHTLY}); "
                 f"{db_path.stat().st_size / 1e6:.0f} MB  [target < 60 s]"
             )
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             report = check(db)
             text = render(report)
-            check_s = time.perf_counter() - t0
+            check_s, check_cpu = time.perf_counter() - t0, time.process_time() - c0
             print(
-                f"check: {check_s:.2f} s, {report.series} series, "
+                f"check: {check_s:.2f} s ({check_cpu:.2f} s CPU, importing scipy.stats for "
+                f"Otava included), {report.series} series, "
                 f"{len(report.findings)} new change point(s)  [target < 5 s]"
             )
             print("  " + text.splitlines()[0])
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             site = build_site(db, Path(tmp) / "site")
-            site_s = time.perf_counter() - t0
+            site_s, site_cpu = time.perf_counter() - t0, time.process_time() - c0
             print(
-                f"site: {site_s:.1f} s, {site.pages} pages, {site.bytes / 1e6:.1f} MB, "
+                f"site: {site_s:.1f} s ({site_cpu:.1f} s CPU), {site.pages} pages, "
+                f"{site.bytes / 1e6:.1f} MB, "
                 f"{site.series} series, {site.change_points} change point(s) in the newest 200 "
                 "runs  [target < 20 s, < 20 MB]"
             )
         ok = ingest_s < 60 and check_s < 5 and site_s < 20 and site.bytes < 20e6
-        print(f"targets: {'met' if ok else 'MISSED'}")
+        ok_cpu = ingest_cpu < 60 and check_cpu < 5 and site_cpu < 20 and site.bytes < 20e6
+        print(
+            f"targets: {'met' if ok else 'MISSED'} "
+            f"(in CPU seconds: {'met' if ok_cpu else 'MISSED'})"
+        )
     return 0
 
 
