@@ -101,3 +101,28 @@ def test_another_schema_version_is_refused_with_what_to_do(tmp_path: Path) -> No
     other = tmp_path / "runs"
     write_history(other, runs=1, cases=1, stages=1)
     assert cli(["history", "ingest", str(other), "--db", str(db)]) == 2
+
+
+def test_runner_classes_are_separate_series(planted: Truth, tmp_path: Path) -> None:
+    """The same case on another runner class is another series, never mixed in."""
+    from harness.history.db import open_db
+    from harness.history.series import load_series
+
+    other = write_history(tmp_path / "h100", runs=4, cases=1, stages=1, runner="h100", first=50)
+    db_path = tmp_path / "h.db"
+    folders = [*map(str, planted.folders[:5]), *map(str, other.folders)]
+    assert cli(["history", "ingest", *folders, "--db", str(db_path), "-q"]) == 0
+    db = open_db(db_path, create=False)
+    try:
+        series = [s for s in load_series(db) if s.key.what == "stage:Stage00"]
+    finally:
+        db.close()
+    by_runner = {
+        s.key.group.runner: [p.run.run_id for p in s.points]
+        for s in series
+        if s.key.case == "pipeline/case-00[cpu]"
+    }
+    assert by_runner == {
+        "cpu": [f"run-{i:04d}" for i in range(5)],
+        "h100": [f"run-{i:04d}" for i in range(50, 54)],
+    }
