@@ -13,9 +13,11 @@ import traceback
 from collections.abc import Sequence
 
 from harness.cli import (
+    baselines,
     bisect,
     compare,
     completion,
+    history,
     init,
     merge,
     plan,
@@ -36,6 +38,8 @@ examples:
   harness merge shard-*/ --out reports/merged
   harness refs verify
   harness platforms --runner mi300x            # what this machine has; does the profile fit
+  harness history ingest reports/ --db history.db   # main's history; then check, site
+  harness baselines propose --db history.db --runner cpu
   harness init mystack                         # scaffold cases for your own stack in mystack/
   harness completion bash                      # shell completion for these commands
   harness --version
@@ -73,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"harness {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in (run, compare, bisect, plan, report, merge, platforms, init):
+    for module in (run, compare, bisect, plan, report, merge, platforms, init, history, baselines):
         module.add_parser(sub)
     refs.add_parser(sub)
     completion.add_parser(sub)

@@ -102,7 +102,32 @@ def _pending(argv: list[str]) -> str | None:
 
 def test_the_workflow_runs_harness_commands() -> None:
     commands = [argv[0] for _, argv in _commands()]
-    assert {"plan", "run", "merge", "compare"} <= set(commands), commands
+    assert {"plan", "run", "merge", "compare", "history"} <= set(commands), commands
+
+
+def test_the_nightly_history_job_ingests_main_checks_and_publishes_the_site() -> None:
+    doc = _doc()
+    on = doc.get("on", doc.get(True))
+    assert on["schedule"][0]["cron"]
+    job = doc["jobs"]["history"]
+    assert job["needs"] == "merge" and "github.event_name == 'schedule'" in job["if"]
+    runs = [s.get("run", "") for s in job["steps"]]
+    order = [
+        next(i for i, r in enumerate(runs) if f"harness history {cmd}" in r)
+        for cmd in ("ingest", "check", "site")
+    ]
+    assert order == sorted(order)
+    check = next(s for s in job["steps"] if "harness history check" in s.get("run", ""))
+    assert check.get("shell") == "bash"  # pipefail: the exit code survives `| tee`
+    assert any("--no-deps apache-otava" in r for r in runs)
+    # this run's merged report, and the database restored and saved under one key
+    download = next(s for s in job["steps"] if "download-artifact" in s.get("uses", ""))
+    assert download["with"]["name"] == doc["jobs"]["merge"]["steps"][-1]["with"]["name"]
+    restore = next(s for s in job["steps"] if "cache/restore" in s.get("uses", ""))
+    save = next(s for s in job["steps"] if "cache/save" in s.get("uses", ""))
+    assert restore["with"]["path"] == save["with"]["path"] == "history.db"
+    site = next(s for s in job["steps"] if "upload-artifact" in s.get("uses", ""))
+    assert "site/" in site["with"]["path"] and "!cancelled()" in site["if"]
 
 
 @pytest.mark.parametrize(
@@ -127,7 +152,7 @@ def test_the_jobs_are_wired_plan_shards_merge_compare() -> None:
     on = doc.get("on", doc.get(True))  # YAML 1.1 reads a bare `on` as true
     assert "pull_request" in on
     jobs = doc["jobs"]
-    assert list(jobs) == ["plan", "shard", "merge", "compare"]
+    assert list(jobs) == ["plan", "shard", "merge", "compare", "history"]
     shard = jobs["shard"]
     assert shard["needs"] == "plan"
     strategy = shard["strategy"]
