@@ -276,7 +276,9 @@ def run_server_case(
     probe.note("server.ranks", spec.ranks)
     if spec.name is not None:
         try:
-            shared = _shared(case, base.parent.parent, tag, limit_s, platform)
+            # <run>/outputs/<case>/<attempt>: the shared server's files go to <run>/outputs
+            outputs = base.parent.parent if output_dir is not None else base
+            shared = _shared(case, outputs, tag, limit_s, platform)
         except ServerError as exc:
             if last_use and exc.kind == "SharedServerMismatch":  # no later case needs it
                 left = server_pool.stop(spec.name)
