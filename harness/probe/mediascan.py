@@ -34,14 +34,30 @@ def _float_pixels(name: str) -> bool:
     return "f32" in name or "f16" in name or "f64" in name
 
 
-def _frame_nonfinite(frame: Any) -> int:
-    """NaN/Inf values in one decoded frame of a float format (0 for any other)."""
+def _floats(frame: Any) -> list[Any]:
+    """The values of a decoded frame of a float format, as flat numpy views of its planes
+    (none for an integer one: no bit pattern of an integer sample or pixel is NaN or Inf)."""
     import numpy as np
 
     name = frame.format.name
-    if name not in _FLOAT_SAMPLES and not _float_pixels(name):
-        return 0  # integer samples or pixels: no bit pattern of theirs is NaN or Inf
-    a = np.asarray(frame.to_ndarray())
+    if name in _FLOAT_SAMPLES:
+        dtype = np.float32 if name.startswith("flt") else np.float64
+        if name.endswith("p"):  # planar: one plane per channel, padded past the samples
+            return [np.frombuffer(p, dtype, count=frame.samples) for p in frame.planes]
+        n = frame.samples * len(frame.layout.channels)
+        return [np.frombuffer(frame.planes[0], dtype, count=n)]
+    if _float_pixels(name):
+        return [np.asarray(frame.to_ndarray()).ravel()]
+    return []
+
+
+def _nonfinite(chunks: list[Any]) -> int:
+    """NaN/Inf values in ``chunks`` (flat float arrays), in one pass over them together."""
+    import numpy as np
+
+    if not chunks:
+        return 0
+    a = np.concatenate(chunks) if len(chunks) > 1 else chunks[0]
     if not a.size:
         return 0
     # NaN propagates through min and max and an Inf is one of them: finite extremes mean every
@@ -73,57 +89,71 @@ def media_nonfinite(path: Path) -> int:
     suffix = path.suffix.lower()
     if suffix == ".wav" and _integer_wav(path):
         return 0
+    from harness import media
+
+    media._check_file(path, "audio" if suffix in AUDIO_SUFFIXES else "video")
+    try:
+        # FFmpeg's log silent (PyAV's default): no Python callback for each of its messages
+        return _scan(path)
+    except MediaError:
+        # A broken file: once more with FFmpeg's error lines captured into the message.
+        with media._ffmpeg_errors():
+            return _scan(path)
+
+
+def _scan(path: Path) -> int:
     import av
 
     from harness import media
 
+    suffix = path.suffix.lower()
     want_video = suffix not in AUDIO_SUFFIXES
     what = "video" if want_video else "audio"
-    media._check_file(path, what)
-    count = 0
-    with media._ffmpeg_errors():
-        try:
-            with av.open(str(path), mode="r") as container:
-                video = media._first_stream(container, "video", path) if want_video else None
-                audio: Any = None
-                if suffix not in IMAGE_SUFFIXES:
+    try:
+        with av.open(str(path), mode="r") as container:
+            video = media._first_stream(container, "video", path) if want_video else None
+            audio: Any = None
+            if suffix not in IMAGE_SUFFIXES:
+                try:
+                    audio = media._first_stream(container, "audio", path)
+                except MediaError:
+                    if video is None:
+                        raise
+            if video is not None and not 0 < video.frames <= _FEW_FRAMES:
+                # Threads give identical frames, faster on long clips; starting them costs
+                # more than a short clip's decode (~0.6 ms of 3 ms for 8 frames at 32x32).
+                video.thread_type = "AUTO"
+            frames, samples = 0, 0
+            sizes: set[tuple[int, int]] = set()
+            pixels: list[Any] = []
+            pcm: list[Any] = []
+            audio_broken = False
+            for packet in container.demux(*(s for s in (video, audio) if s is not None)):
+                if packet.stream is audio:
+                    if audio_broken:
+                        continue
                     try:
-                        audio = media._first_stream(container, "audio", path)
-                    except MediaError:
+                        decoded = packet.decode()
+                    except Exception:
                         if video is None:
                             raise
-                if video is not None and not 0 < video.frames <= _FEW_FRAMES:
-                    # Threads give identical frames, faster on long clips; starting them costs
-                    # more than a short clip's decode (~0.6 ms of 3 ms for 8 frames at 32x32).
-                    video.thread_type = "AUTO"
-                frames, samples, audio_count = 0, 0, 0
-                sizes: set[tuple[int, int]] = set()
-                audio_broken = False
-                for packet in container.demux(*(s for s in (video, audio) if s is not None)):
-                    if packet.stream is audio:
-                        if audio_broken:
-                            continue
-                        try:
-                            decoded = packet.decode()
-                        except Exception:
-                            if video is None:
-                                raise
-                            audio_broken = True  # a video's audio is counted only if it decodes
-                            continue
-                        for f in decoded:
-                            samples += f.samples
-                            audio_count += _frame_nonfinite(f)
+                        audio_broken = True  # a video's audio is counted only if it decodes
                         continue
-                    for f in packet.decode():
-                        frames += 1
-                        sizes.add((f.width, f.height))
-                        count += _frame_nonfinite(f)
-        except MediaError:
-            raise
-        except Exception as exc:
-            # Anything a broken file provokes (FFmpeg errors, PyAV tripping over a half-parsed
-            # stream) is a failure of this file, not of the harness.
-            raise MediaError(f"{path}: cannot decode {what}: {media._cause(exc)}") from exc
+                    for f in decoded:
+                        samples += f.samples
+                        pcm += _floats(f)
+                    continue
+                for f in packet.decode():
+                    frames += 1
+                    sizes.add((f.width, f.height))
+                    pixels += _floats(f)
+            count = _nonfinite(pixels) + (0 if audio_broken else _nonfinite(pcm))
+    except MediaError:
+        raise
+    except Exception as exc:
+        # Anything a broken file provokes (FFmpeg errors, PyAV tripping over a half-parsed
+        # stream) is a failure of this file, not of the harness.
+        raise MediaError(f"{path}: cannot decode {what}: {media._cause(exc)}") from exc
     if video is not None and not frames:
         codec = video.codec_context.name
         raise MediaError(f"{path}: cannot decode video: the {codec} stream has zero frames")
@@ -134,7 +164,7 @@ def media_nonfinite(path: Path) -> int:
     if video is None and not samples:
         codec = audio.codec_context.name
         raise MediaError(f"{path}: cannot decode audio: the {codec} stream has zero samples")
-    return count + (0 if audio_broken else audio_count)
+    return count
 
 
 __all__ = ["AUDIO_SUFFIXES", "IMAGE_SUFFIXES", "media_nonfinite"]
