@@ -173,12 +173,12 @@ def _start(case: Case, folder: Path, limit_s: float, platform: str) -> tuple[Ser
     cwd = os.environ.get(CHECKOUT_ENV) or None
     env = server_env(spec, port, perf)
     server = Server(argv, env, log, cwd=cwd, die_with_worker=spec.name is not None)
-    probe.note("server.cwd", cwd or os.getcwd())
     # The file the command runs (``python -m pkg.serve``, a script), for code provenance where
-    # the server never calls probe.request; a console script resolves to nothing.
-    code = command_file(argv, env, cwd or os.getcwd())
-    if code is not None:
-        probe.note(COMMAND_FILE, code)
+    # the server never calls probe.request; a console script resolves to nothing. Noted on
+    # every attempt the server serves (a shared one's too).
+    server.cwd = cwd or os.getcwd()
+    server.code_file = command_file(argv, env, server.cwd)
+    _note_where(server)
     try:
         with probe.stage("server.startup"):
             server.wait_ready(spec, port, min(spec.ready_timeout_s, limit_s))
@@ -189,6 +189,12 @@ def _start(case: Case, folder: Path, limit_s: float, platform: str) -> tuple[Ser
         _stop_failed(None, server, spec, platform)
         raise
     return server, port, perf
+
+
+def _note_where(server: Server) -> None:
+    probe.note("server.cwd", server.cwd)
+    if server.code_file is not None:
+        probe.note(COMMAND_FILE, server.code_file)
 
 
 def _stop_failed(exc: ServerError | None, server: Server, spec: ServerSpec, platform: str) -> None:
@@ -248,6 +254,7 @@ def _shared(
     else:
         # Reused: no start-up here; the attempt that paid it has the stage server.startup.
         probe.note("server.started_by", shared.started_by)
+        _note_where(shared.server)
     shared.uses += 1
     probe.note("server.shared", name)
     return shared

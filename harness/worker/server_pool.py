@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,9 +68,14 @@ def get(name: str) -> Shared | None:
 
 
 def folder_for(name: str, outputs: Path) -> Path:
-    """A fresh folder for the next start-up of ``name`` (``<run outputs>/_servers/<name>-<n>``)."""
+    """A folder of its own for the next start-up of ``name``:
+    ``<run outputs>/_servers/<name>-<n>-<random>``. Never one another worker could pick: in a
+    comparison both sides' workers start a server of that name in the same run folder, and
+    each must read its own server's log and perf lines (their request ids are alike)."""
     _STARTS[name] = _STARTS.get(name, 0) + 1
-    return outputs / "_servers" / f"{name}-{_STARTS[name]}"
+    root = outputs / "_servers"
+    root.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"{name}-{_STARTS[name]}-", dir=root))
 
 
 def keep(shared: Shared) -> None:

@@ -152,6 +152,9 @@ class Server:
                 preexec_fn=_term_with_parent() if die_with_worker else None,
             )
         self.started = time.monotonic()
+        # Where it runs and the file its command runs (code provenance), set by its starter.
+        self.cwd = cwd or os.getcwd()
+        self.code_file: str | None = None
         self._log_pos = 0
         self._log_text = ""
 
