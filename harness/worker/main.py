@@ -186,9 +186,11 @@ def main(argv: list[str] | None = None) -> int:
             _answer(proto, p.ErrorReply(nonce, _getpid(), f"unserializable reply: {exc}"))
     pool = sys.modules.get("harness.worker.server_pool")
     if pool is not None:  # servers that cases shared and no case marked as done with
-        pool.stop_all()
-        sys.stderr.flush()
-        os._exit(0)  # the manager waits for this exit: skip torch's slow teardown
+        try:
+            pool.stop_all()
+        finally:
+            sys.stderr.flush()
+            os._exit(0)  # the manager waits for this exit: skip torch's slow teardown
     return 0
 
 
