@@ -1,6 +1,7 @@
 """The one-pass NaN/Inf count of a media output (``harness.probe.mediascan``) against decoding
 the file whole (``harness.media``) on the files a target hands the probe: both give the same
-count, or both refuse the file as broken."""
+count, or both refuse the file as broken. And an attempt's quality checks decode each output
+file once."""
 
 from __future__ import annotations
 
@@ -103,3 +104,16 @@ def test_one_pass_counts_as_decoding_whole(files: dict[str, Path], name: str) ->
     assert got == want
     if name == "float wav with nan and inf":
         assert got == 2  # a float stream is counted: the NaN-audio fault is still caught
+
+
+def test_an_attempts_checks_decode_each_output_file_once(files: dict[str, Path]) -> None:
+    from harness.checks import quality
+
+    outputs = {"av": {"path": str(files["mp4 with aac"]), "kind": "video"}}
+    decoded: dict[tuple[str, bool], Any] = {}
+    ssim = quality._obtained("av", "ssim", outputs, {}, decoded)
+    psnr = quality._obtained("av", "psnr", outputs, {}, decoded)
+    assert psnr is ssim and not ssim.flags.writeable  # shared, so no check may change it
+    pcm = quality._obtained("av", "audio_snr", outputs, {}, decoded)  # the same file's audio
+    assert pcm.ndim == 2 and pcm.dtype == np.float32 and ssim.shape == (5, 16, 16, 3)
+    assert len(decoded) == 2
