@@ -5,8 +5,12 @@
 (b) shared: every case's ``[case.server]`` has ``name = "tinyav-tp1"``; the first case starts
     it, the others reuse it, the last one stops it.
 
+(c) shared, the plan shuffled (``--shuffle 7``): another order of the cases.
+
 Prints, for each, the start-ups counted (attempts with the stage ``server.startup``), the sum
-of those stages, and the wall time of the whole ``harness run``.
+of those stages, and the wall time of the whole ``harness run``; and whether every case's
+output hashes in (b) and (c) equal those of its own server in (a) (a result that depended on
+the order of the cases sharing a server would differ).
 
     python bench/bench_shared_server.py [--cases 4]
 """
@@ -40,15 +44,18 @@ def cases(n: int, shared: bool) -> str:
     return "".join(out)
 
 
-def run(n: int, shared: bool, root: Path) -> tuple[int, float, float, list[str]]:
-    """Start-ups, their total seconds, the run's wall time, and each case's status."""
-    folder = root / ("shared" if shared else "own")
+def run(
+    n: int, shared: bool, root: Path, *extra: str
+) -> tuple[int, float, float, list[str], dict[str, dict[str, str]]]:
+    """Start-ups, their total seconds, the run's wall time, each case's status, and each
+    case's output hashes."""
+    folder = root / (("shared" if shared else "own") + "".join(extra))
     folder.mkdir()
     (folder / "cases.toml").write_text(cases(n, shared))
     t0 = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-m", "harness.cli", "run", str(folder / "cases.toml"),
-         "--out", str(folder / "runs"), "--run-id", "r", "-q"],
+         "--out", str(folder / "runs"), "--run-id", "r", "-q", *extra],
         cwd=REPO, capture_output=True, text=True, timeout=1800, check=False,
     )  # fmt: skip
     wall = time.perf_counter() - t0
@@ -61,20 +68,30 @@ def run(n: int, shared: bool, root: Path) -> tuple[int, float, float, list[str]]
         for a in c["attempts"]
         if "server.startup" in a["stages"]
     ]
-    return len(startups), sum(startups), wall, [c["status"] for c in doc["cases"]]
+    hashes = {
+        c["id"]: {k: o["hash"] for a in c["attempts"] for k, o in a["outputs"].items()}
+        for c in doc["cases"]
+    }
+    return len(startups), sum(startups), wall, [c["status"] for c in doc["cases"]], hashes
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", type=int, default=4)
     n = ap.parse_args().cases
+    own: dict[str, dict[str, str]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for shared in (False, True):
-            count, seconds, wall, statuses = run(n, shared, Path(tmp))
-            label = "shared " if shared else "own    "
+        for label, shared, extra in (
+            ("own", False, ()),
+            ("shared", True, ()),
+            ("shared, shuffled", True, ("--shuffle", "7")),
+        ):
+            count, seconds, wall, statuses, hashes = run(n, shared, Path(tmp), *extra)
+            same = "" if not own else f"; outputs equal to own servers': {hashes == own}"
+            own = own or hashes
             print(
                 f"{label}: {n} cases, {count} start-up(s) ({seconds:.1f} s of server.startup), "
-                f"run wall time {wall:.1f} s; statuses {sorted(set(statuses))}"
+                f"run wall time {wall:.1f} s; statuses {sorted(set(statuses))}{same}"
             )
     return 0
 
