@@ -26,6 +26,7 @@ _MAX_RANKS = 64
 _NUM = ((int, float), "number of seconds")
 
 _SERVER_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
+    "name": ((str,), 'string of letters, digits, ".", "_" or "-" (e.g. "tinyav-tp1")'),
     "command": ((list,), 'list of strings (may hold "{port}" and "{python}")'),
     "env": ((dict,), "table of strings"),
     "ranks": ((int,), "integer"),
@@ -100,6 +101,9 @@ def parse_server(ctx: Ctx, raw: Any) -> ServerSpec:
             raise ctx.fail(
                 "server.ready_log", ready_log, f"a valid regular expression ({e})"
             ) from None
+    name = raw.get("name")
+    if name is not None and not _NAME.fullmatch(name):
+        raise ctx.fail("server.name", name, 'letters, digits, ".", "_" or "-" (e.g. "tinyav-tp1")')
     ranks = raw.get("ranks", 1)
     if not 1 <= ranks <= _MAX_RANKS:
         raise ctx.fail("server.ranks", ranks, f"an integer from 1 to {_MAX_RANKS}")
@@ -116,6 +120,7 @@ def parse_server(ctx: Ctx, raw: Any) -> ServerSpec:
             ctx, "server.request_timeout_s", raw.get("request_timeout_s", 300.0), MAX_TIMEOUT_S
         ),
         stop_timeout_s=_seconds(ctx, "server.stop_timeout_s", raw.get("stop_timeout_s", 10.0), 600),
+        name=name,
     )
 
 

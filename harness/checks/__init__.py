@@ -89,6 +89,7 @@ def evaluate_attempt_checks(
         chain = tuple(threshold_chain) if threshold_chain is not None else tuple(platform_chain)
         results = finiteness_checks(outputs)
         store = None
+        decoded: dict[tuple[str, bool], Any] = {}  # each output file decoded once
         for spec in case.checks:
             if spec.metric in CASE_LEVEL_METRICS:
                 continue
@@ -120,7 +121,9 @@ def evaluate_attempt_checks(
             if store is None and references_root:
                 store = ReferenceStore(Path(references_root))
             results.append(
-                evaluate_quality(spec, case, platform_chain, outputs, arrays, store, chain)
+                evaluate_quality(
+                    spec, case, platform_chain, outputs, arrays, store, chain, decoded=decoded
+                )
             )
         return results
 

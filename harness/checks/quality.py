@@ -93,12 +93,15 @@ def evaluate(
     arrays: Mapping[str, np.ndarray],
     store: ReferenceStore | None,
     threshold_chain: Sequence[str] | None = None,
+    decoded: dict[tuple[str, bool], np.ndarray] | None = None,
 ) -> CheckResult:
     """Run one quality check of one attempt against the pinned reference.
 
     ``outputs`` are the attempt's recorded outputs (``kind``, ``path``, ``meta``...), ``arrays``
     the in-memory arrays of those outputs (a file-only output is decoded from its ``path``).
-    The threshold is read along ``threshold_chain`` (default: ``platform_chain``).
+    The threshold is read along ``threshold_chain`` (default: ``platform_chain``). ``decoded``
+    (the same dict for every check of an attempt) keeps each file decoded once: an SSIM and a
+    PSNR check of one MP4 decode it once, read-only.
     """
     threshold = spec.threshold_for(
         threshold_chain if threshold_chain is not None else platform_chain
@@ -146,7 +149,7 @@ def evaluate(
     reference_id = case.reference or case.id
     try:
         entry = store.lookup(reference_id, name, platform_chain)
-        obtained = _obtained(name, spec.metric, outputs, arrays)
+        obtained = _obtained(name, spec.metric, outputs, arrays, decoded)
     except NoReferenceError as exc:
         return result(False, f"{NO_REFERENCE}: {exc}", output=name)
     except (HarnessError, _CheckFailed) as exc:
@@ -235,7 +238,11 @@ def _output_name(
 
 
 def _obtained(
-    name: str, metric: str, outputs: Mapping[str, Mapping[str, Any]], arrays: Mapping[str, Any]
+    name: str,
+    metric: str,
+    outputs: Mapping[str, Mapping[str, Any]],
+    arrays: Mapping[str, Any],
+    decoded: dict[tuple[str, bool], np.ndarray] | None = None,
 ) -> np.ndarray:
     if name in arrays:
         return np.asarray(arrays[name])
@@ -248,9 +255,14 @@ def _obtained(
             return np.asarray(read_array(path))
         except ValueError as exc:
             raise _CheckFailed(f"output '{name}': {exc}") from exc
-    if _is_audio(metric):
-        return media.decode_audio(path).pcm
-    return media.decode_video(path).frames
+    key = (str(path), _is_audio(metric))
+    if decoded is not None and key in decoded:
+        return decoded[key]
+    got = media.decode_audio(path).pcm if key[1] else media.decode_video(path).frames
+    if decoded is not None:
+        got.flags.writeable = False  # shared by the attempt's checks: none may change it
+        decoded[key] = got
+    return got
 
 
 def _like_reference(

@@ -173,8 +173,10 @@ class Executor:
         retry: int,
         warmup: bool,
         round: int = 0,
+        server_last: bool = False,
     ) -> Attempt:
-        """One attempt, recorded whatever happens to the worker."""
+        """One attempt, recorded whatever happens to the worker. ``server_last``: no later
+        case of this side needs the case's named server (the worker stops it after this)."""
         resolved = self.resolver.resolve(side, item.platform, fresh=item.case.fresh_process)
         case = self.resolver.prepared(resolved, item.case).case
         sub = f"{side}-r{round}-a{index}" if side != "head" or round else f"a{index}"
@@ -193,6 +195,7 @@ class Executor:
             round=round,
             output_dir=str(out_dir),
             references_root=self.references_root,
+            server_last=server_last,
         )
         base = Attempt(
             case_id=case.id,
@@ -275,11 +278,14 @@ class Executor:
         duration = time.perf_counter() - t0
         if isinstance(reply, p.AttemptReply):
             self._probe_side(side, handle)
+            if case.server is not None and case.server.name is not None and not server_last:
+                # it keeps the shared server for later cases: at its exit it stops it
+                handle.servers_stop_s = max(handle.servers_stop_s, case.server.stop_timeout_s + 5)
             if case.fresh_process:
                 handle.close()
             elif reply.replace_worker:
                 # The case changed its worker in a way that cannot be undone (it fails for it).
-                self.pool.discard(spec)
+                self.pool.discard(spec, graceful=True)
                 what = reply.attempt.get("notes", {}).get("harness.isolation", "")
                 self.say(f"{item.name}: worker {handle.pid} replaced before the next case: {what}")
             return self._localize(Attempt.from_json(reply.attempt))

@@ -163,6 +163,9 @@ class WorkerHandle:
         os.close(key_w)
         env["HARNESS_REPLY_KEY_FD"] = str(key_r)
         self.unsigned: list[str] = []  # lines some other process wrote into the protocol
+        # Seconds the worker may need at exit to stop the servers cases shared in it (set by
+        # the executor after an attempt that left one running); 0: none.
+        self.servers_stop_s = 0.0
         try:
             self.proc = subprocess.Popen(
                 argv,
@@ -335,7 +338,14 @@ class WorkerHandle:
 
     def close(self) -> None:
         """End the worker. Every answer it owed is already read and its log is a plain file, so
-        there is nothing to flush: skip the interpreter's slow teardown (torch takes ~1 s)."""
+        there is nothing to flush: skip the interpreter's slow teardown (torch takes ~1 s).
+        A worker that keeps shared servers is asked to exit first, so that it stops them
+        (graceful, then killed, what they left written to its log) before it is killed."""
+        if self.servers_stop_s and self.proc.poll() is None and self.proc.stdin is not None:
+            with contextlib.suppress(OSError, ValueError, subprocess.TimeoutExpired):
+                self.proc.stdin.write(p.encode(p.ExitRequest()).encode())
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=self.servers_stop_s)
         self.kill()
 
     def _close_files(self) -> None:
@@ -382,10 +392,12 @@ class WorkerPool:
         self._fresh.append(handle)
         return handle
 
-    def discard(self, spec: WorkerSpec) -> None:
+    def discard(self, spec: WorkerSpec, *, graceful: bool = False) -> None:
+        """Drop the worker of ``spec``: killed, or (``graceful``: it answers) asked to exit
+        first, so that it stops the servers it keeps."""
         handle = self._workers.pop(spec, None)
         if handle is not None:
-            handle.kill()
+            handle.close() if graceful else handle.kill()
 
     def close(self) -> None:
         for handle in [*self._workers.values(), *self._fresh]:

@@ -26,6 +26,7 @@ from harness.platforms.profile import RetryPolicy
 INFRA_TYPES = frozenset(
     {
         "ConnectionError",
+        "SharedServerDied",  # found dead between cases: not the case's doing
         "ConnectionResetError",
         "ConnectionRefusedError",
         "ConnectionAbortedError",

@@ -141,6 +141,7 @@ class Runner:
         self.budget = Budget(budget)
         self.journal = JournalWriter(self.run_dir / "attempts.jsonl")
         self.results: list[CaseResult] = []
+        self.last_server_user: dict[str, str] = {}  # named server -> the last case using it
         self.all_attempts: list[Attempt] = []
         self.stop_requested = False
         self.interrupted = False
@@ -180,6 +181,8 @@ class Runner:
     def run_unit(self, unit: Unit, attempts: list[Attempt]) -> Attempt:
         """One warm-up or measured run of a case (with its retries), appended to ``attempts``."""
 
+        server_last = self._server_last(unit)
+
         def once(retry: int) -> Attempt:
             return self.executor.attempt(
                 unit.side,
@@ -189,6 +192,7 @@ class Runner:
                 retry=retry,
                 warmup=unit.warmup,
                 round=unit.round,
+                server_last=server_last,
             )
 
         def record(a: Attempt) -> None:
@@ -215,6 +219,20 @@ class Runner:
             record=record,
             stop=lambda: self.stop_requested,
         )
+
+    def _server_last(self, unit: Unit) -> bool:
+        """Whether ``unit`` is the last planned run of the last case of this run's plan that
+        uses its case's named server, after which the worker stops that server (a retry of
+        it starts and stops it again). Unknown plans (pytest, comparisons) keep it to the
+        worker's exit."""
+        server = unit.item.case.server
+        if server is None or server.name is None or unit.warmup:
+            return False
+        repeats = self.options.repeats
+        if repeats is None:
+            repeats = unit.item.case.repeats
+        last_item = self.last_server_user.get(server.name)
+        return last_item == unit.item.name and unit.repeat == repeats - 1
 
     def run_item(self, item: PlanItem) -> CaseResult:
         """Run one case on one platform (warm-ups, measured repeats, retries), then check it."""
@@ -305,6 +323,13 @@ class Runner:
 
     def run_plan(self, items: Sequence[PlanItem]) -> list[CaseResult]:
         out = []
+        # The last case (in run order) that uses each named server: the worker stops that
+        # server after it (harness.worker.server_pool).
+        self.last_server_user = {
+            i.case.server.name: i.name
+            for i in items
+            if i.skip_reason is None and i.case.server is not None and i.case.server.name
+        }
         self.executor.check_devices(i.platform for i in items if i.skip_reason is None)
         try:
             for i, item in enumerate(items, 1):

@@ -33,6 +33,9 @@ class ServerSpec:
     ready_timeout_s: float = 600.0
     request_timeout_s: float = 300.0
     stop_timeout_s: float = 10.0  # SIGTERM to the group, then this long before SIGKILL
+    # Cases whose tables name the same server (and are otherwise equal) share one process per
+    # worker: the first starts it, the others reuse it (harness.worker.server_pool).
+    name: str | None = None
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> ServerSpec:

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from harness.fsio import read_tensors
+from harness.probe.mediascan import AUDIO_SUFFIXES, IMAGE_SUFFIXES, media_nonfinite
 
-_AUDIO_SUFFIXES = frozenset({".wav", ".flac", ".mp3", ".m4a", ".aac", ".ogg"})
-_IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg"})
+_AUDIO_SUFFIXES = AUDIO_SUFFIXES
+_IMAGE_SUFFIXES = IMAGE_SUFFIXES
 _MEDIA_SUFFIXES = _AUDIO_SUFFIXES | _IMAGE_SUFFIXES | {".mp4", ".mkv", ".mov", ".webm", ".avi"}
 # Every file kind whose content the probe decodes (and so can count NaN/Inf in).
 _DECODABLE = frozenset({*_MEDIA_SUFFIXES, ".safetensors", ".npy", ".npz"})
@@ -297,8 +298,10 @@ def _file_nonfinite(path: Path) -> tuple[int | None, str | None]:
     suffix = path.suffix.lower()
     try:
         if suffix in _MEDIA_SUFFIXES:
-            parts = _decode_media(path)
-        elif suffix == ".safetensors":
+            # One pass over the container; integer PCM and pixels are decoded, never converted
+            # (they cannot hold NaN/Inf): see harness.probe.mediascan.
+            return media_nonfinite(path), None
+        if suffix == ".safetensors":
             parts = list(read_tensors(path).values())
         elif suffix in (".npy", ".npz"):
             import numpy as np

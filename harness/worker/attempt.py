@@ -206,7 +206,8 @@ def run_attempt(job: AttemptJob) -> Attempt:
 
             stop_s = case.server.stop_timeout_s + DEADLINE_S
             limit = max(case.timeout_s * 0.5, case.timeout_s - stop_s - 10.0)
-            run_server_case(case, output_dir, f"{case.id}-{job.index}", limit, platform)
+            tag = f"{case.id}-{job.index}"
+            run_server_case(case, output_dir, tag, limit, platform, last_use=job.server_last)
         elif case.ranks > 1:
             from harness.worker.ranks_case import ranks_limits, run_ranks_case
 

@@ -38,6 +38,9 @@ _MAX_ROUNDS = 16  # kill rounds: each kill can reparent grandchildren to the wor
 _PR_SET_CHILD_SUBREAPER = 36
 # (module, class) of threads a library keeps for the life of the process.
 BENIGN_THREADS = frozenset({("tqdm._monitor", "TMonitor")})
+# Child processes the worker keeps across attempts on purpose (the leaders of the servers that
+# several cases share, harness.worker.server_pool): never an attempt's leftovers.
+KEPT: set[int] = set()
 
 
 def become_subreaper() -> bool:
@@ -139,7 +142,8 @@ class Leftovers:
     @classmethod
     def take(cls) -> Leftovers:
         # Reap what died since (an orphan the subreaper adopted between attempts, say).
-        live = frozenset(pid for pid in children() if not _reaped(pid))
+        # A kept server is reaped by its own Popen, which keeps its exit status.
+        live = frozenset(pid for pid in children() if pid in KEPT or not _reaped(pid))
         return cls(frozenset(threading.enumerate()), live)
 
     def find(self, grace_s: float = GRACE_S) -> list[str]:
@@ -164,7 +168,7 @@ class Leftovers:
     def _children(self, deadline: float) -> list[str]:
         found: list[str] = []
         for _ in range(_MAX_ROUNDS):
-            live = {pid for pid in children() - self.children if not _reaped(pid)}
+            live = {pid for pid in children() - self.children - KEPT if not _reaped(pid)}
             while live and _monotonic() < deadline:
                 time.sleep(0.01)
                 live = {pid for pid in live if not _reaped(pid)}
@@ -181,4 +185,4 @@ class Leftovers:
         return found
 
 
-__all__ = ["BENIGN_THREADS", "GRACE_S", "Leftovers", "become_subreaper", "children"]
+__all__ = ["BENIGN_THREADS", "GRACE_S", "KEPT", "Leftovers", "become_subreaper", "children"]

@@ -64,6 +64,9 @@ class AttemptJob:
     # The platform identity the attempt runs as (harness.platforms.Identity JSON), handed to
     # the target by probe.platform_info(); None: only the platform name is known.
     identity: Mapping[str, Any] | None = None
+    # A server case with a named (shared) server: no later case of the run needs it, so the
+    # worker stops it after this attempt (otherwise it keeps it, until the worker exits).
+    server_last: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -80,6 +83,7 @@ class AttemptJob:
             "output_dir": self.output_dir,
             "references_root": self.references_root,
             "identity": dict(self.identity) if self.identity is not None else None,
+            "server_last": self.server_last,
         }
 
     @classmethod
@@ -98,6 +102,7 @@ class AttemptJob:
             output_dir=d.get("output_dir"),
             references_root=d.get("references_root"),
             identity=d.get("identity"),
+            server_last=bool(d.get("server_last", False)),
         )
 
 

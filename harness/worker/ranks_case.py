@@ -42,10 +42,10 @@ from harness.model.ranks import RANK_PREFIX, Consistency, RanksRecord, check_con
 from harness.platforms.devices import PINNED_ENV
 from harness.worker.case_errors import RanksError
 from harness.worker.hang_diagnosis import DEADLINE_S, diagnose
-from harness.worker.server_case import (
+from harness.worker.server_case import diagnosis_summary
+from harness.worker.server_process import (
     _harness_root,
     _reap,
-    diagnosis_summary,
     exit_text,
     free_port,
     group_members,

@@ -26,17 +26,11 @@ accumulate (as a stage entered twice does) and fingerprints and outputs are pref
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import os
-import re
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -45,204 +39,25 @@ from harness.model import Case
 from harness.model.hang import HangDiagnosis
 from harness.model.provenance import CHECKOUT_ENV, TARGET_FILE
 from harness.model.server import OutputSpec, RequestSpec, ServerSpec
+from harness.worker import server_pool
 from harness.worker.case_errors import ServerError
 from harness.worker.command_file import command_file
 from harness.worker.hang_diagnosis import diagnose
 from harness.worker.server_perf import note_code_files, record_perf_log
+from harness.worker.server_process import (
+    _HOST,
+    TAIL_LINES,
+    Server,
+    _fill,
+    free_port,
+    log_tail,
+    server_env,
+)
 
-TAIL_LINES = 200
 # The note naming the file a server's command runs (code provenance reads every note that ends
 # in ``harness.target_file``).
 COMMAND_FILE = "server.command." + TARGET_FILE
 BODY_CHARS = 2000
-_POLL_FIRST_S = 0.01
-_POLL_CAP_S = 0.05  # a 200 is seen within 100 ms even with a slow poll (measured)
-_HOST = "127.0.0.1"
-
-
-def free_port() -> int:
-    """A TCP port on the loopback that nothing listens on now (picked right before use)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((_HOST, 0))
-        return int(s.getsockname()[1])
-
-
-def _fill(text: str, port: int) -> str:
-    return text.replace("{port}", str(port)).replace("{python}", sys.executable)
-
-
-def _harness_root() -> str | None:
-    """The source folder this harness runs from (None when installed in site-packages)."""
-    root = Path(probe.__file__).resolve().parents[2]
-    return None if root.name in ("site-packages", "dist-packages") else str(root)
-
-
-def server_env(spec: ServerSpec, port: int, perf: Path) -> dict[str, str]:
-    """The server's environment: the worker's (its ``PYTHONPATH`` leads with the side's code
-    roots), this harness's source folder last on ``PYTHONPATH`` (so ``harness.probe`` in the
-    server is this one), the perf-log folder, then the case's ``env``."""
-    env = dict(os.environ)
-    env.pop("HARNESS_RESULT_FILE", None)
-    paths = [env.get("PYTHONPATH", ""), _harness_root() or ""]
-    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-    env["HARNESS_PERF_LOG"] = str(perf)
-    env.update({k: _fill(v, port) for k, v in spec.env.items()})
-    return env
-
-
-def exit_text(code: int) -> str:
-    if code < 0:
-        try:
-            return f"killed by signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"with exit code {code}"
-
-
-def log_tail(log: Path, lines: int = TAIL_LINES) -> str:
-    """The last ``lines`` lines of the server's log (at most its last MiB)."""
-    try:
-        with log.open("rb") as fh:
-            fh.seek(max(0, fh.seek(0, os.SEEK_END) - (1 << 20)))
-            data = fh.read()
-    except OSError as e:
-        return f"(cannot read {log}: {e})"
-    return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
-
-
-def group_members(pgid: int, *, zombies: bool = False) -> dict[int, str]:
-    """Processes of process group ``pgid``: pid -> command line (Linux). Live ones, or with
-    ``zombies`` the ended ones not yet reaped."""
-    found: dict[int, str] = {}
-    if not os.path.isdir("/proc"):
-        return found
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
-            if int(fields[2]) != pgid or (fields[0] in (b"Z", b"X")) != zombies:
-                continue
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                cmd = fh.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
-        except (OSError, IndexError, ValueError):
-            continue
-        found[int(entry)] = cmd
-    return found
-
-
-def _reap(pids: Sequence[int], block: bool) -> None:
-    """Collect the exit status of those ``pids`` that are this process's children."""
-    for pid in pids:
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(pid, 0 if block else os.WNOHANG)
-
-
-class Server:
-    """A started server: its process (the group leader), command and log."""
-
-    def __init__(
-        self, argv: list[str], env: Mapping[str, str], log: Path, cwd: str | None = None
-    ) -> None:
-        self.argv = argv
-        self.log = log
-        with log.open("wb") as fh:
-            self.proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=fh,
-                stderr=subprocess.STDOUT,
-                env=dict(env),
-                cwd=cwd,
-                start_new_session=True,
-            )
-        self.started = time.monotonic()
-        self._log_pos = 0
-        self._log_text = ""
-
-    def exited(self, when: str) -> ServerError | None:
-        """The error to raise when the server has exited (None while it runs)."""
-        code = self.proc.poll()
-        if code is None:
-            return None
-        return ServerError(
-            "failed",
-            "ServerExited",
-            f"the server exited {exit_text(code)} {when} "
-            f"({time.monotonic() - self.started:.1f} s after start); command {self.argv}; "
-            f"last {TAIL_LINES} lines of its log {self.log}:\n{log_tail(self.log)}",
-        )
-
-    def _log_matches(self, pattern: re.Pattern[str]) -> bool:
-        with contextlib.suppress(OSError), self.log.open("rb") as fh:
-            fh.seek(self._log_pos)
-            data = fh.read()
-            self._log_pos += len(data)
-            # Keep the last 64 KiB, so a line written in two pieces still matches.
-            self._log_text = (self._log_text + data.decode("utf-8", "replace"))[-65536:]
-        return pattern.search(self._log_text) is not None
-
-    def wait_ready(self, spec: ServerSpec, port: int, timeout_s: float) -> None:
-        """Return once every readiness probe of ``spec`` holds; raise at once if the server
-        exits first, or when ``timeout_s`` passes."""
-        import httpx
-
-        url = f"http://{_HOST}:{port}{spec.ready_url}" if spec.ready_url else None
-        pattern = re.compile(spec.ready_log) if spec.ready_log else None
-        url_ok, log_ok = url is None, pattern is None
-        delay = _POLL_FIRST_S
-        with httpx.Client(trust_env=False, timeout=1.0) as client:
-            while True:
-                if not log_ok and pattern is not None:
-                    log_ok = self._log_matches(pattern)
-                if not url_ok and url is not None:
-                    with contextlib.suppress(httpx.HTTPError):
-                        url_ok = client.get(url).status_code == 200
-                if url_ok and log_ok:
-                    return
-                gone = self.exited("before it was ready")
-                if gone is not None:
-                    raise gone
-                if time.monotonic() - self.started > timeout_s:
-                    waiting = [w for w, ok in ((url, url_ok), (spec.ready_log, log_ok)) if not ok]
-                    raise ServerError(
-                        "timeout",
-                        "ServerNotReady",
-                        f"the server was not ready within {timeout_s:g} s (waiting for "
-                        f"{' and '.join(repr(w) for w in waiting)}); command {self.argv}; last "
-                        f"{TAIL_LINES} lines of its log {self.log}:\n{log_tail(self.log)}",
-                    )
-                time.sleep(delay)
-                delay = min(delay * 2, _POLL_CAP_S)
-
-    def stop(self, grace_s: float) -> dict[int, str]:
-        """SIGTERM to the group; after ``grace_s`` SIGKILL to what is left of it. Returns the
-        processes that were still alive then (pid -> command line), killed and reaped."""
-        pgid = self.proc.pid
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        members = group_members(pgid)
-        while time.monotonic() < deadline:
-            self.proc.poll()
-            members = group_members(pgid)
-            if self.proc.returncode is not None and not members:
-                break
-            # Descendants reparented to the worker (a subreaper) are its children to reap.
-            _reap(list(group_members(pgid, zombies=True)), block=False)
-            time.sleep(0.02)
-        self.proc.poll()
-        left = dict(members)
-        if self.proc.returncode is None:
-            left.setdefault(self.proc.pid, " ".join(self.argv))
-        if left:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGKILL)
-            self.proc.wait()
-            _reap([p for p in left if p != self.proc.pid], block=True)
-        _reap(list(group_members(pgid, zombies=True)), block=False)
-        return left
 
 
 def _field(answer: Any, dotted: str) -> Any:
@@ -341,41 +156,150 @@ def diagnosis_summary(d: HangDiagnosis) -> str:
     return "\n".join(lines)
 
 
-def run_server_case(
-    case: Case, output_dir: Path | None, tag: str, limit_s: float, platform: str = "cpu"
-) -> None:
-    """Run ``case`` (``kind = "server"``) once; ``tag`` names its requests, ``limit_s`` bounds
-    start-up. Raises :class:`ServerError` when it does not pass; on a timeout (not ready in
-    time, a request without an answer) it carries the hang diagnosis taken before the kill."""
+def _start(case: Case, folder: Path, limit_s: float, platform: str) -> tuple[Server, int, Path]:
+    """Start ``case``'s server with its files in ``folder`` and wait until it is ready (the
+    stage ``server.startup``): the server, its port and its perf-log folder. A server that
+    is not ready is diagnosed (on a timeout), stopped, and its :class:`ServerError` raised."""
     spec = case.server
-    assert spec is not None, "run_server_case needs a server case"
-    base = output_dir if output_dir is not None else Path(tempfile.mkdtemp(prefix="harness-"))
-    folder = base / "server"
+    assert spec is not None
     perf = folder / "perf"
     perf.mkdir(parents=True, exist_ok=True)
     log = folder / "server.log"
     port = free_port()
     argv = [_fill(a, port) for a in spec.command]
-    probe.note("server.port", port)
-    probe.note("server.ranks", spec.ranks)
-    probe.note("server.log", str(log))
     # The server runs in the side's checkout (a comparison's worker names it), so that each
     # side starts its own: ``python -m`` puts it first on the path and a relative script path
     # in the command is that checkout's; elsewhere in the worker's working folder.
     cwd = os.environ.get(CHECKOUT_ENV) or None
-    probe.note("server.cwd", cwd or os.getcwd())
     env = server_env(spec, port, perf)
-    server = Server(argv, env, log, cwd=cwd)
+    server = Server(argv, env, log, cwd=cwd, die_with_worker=spec.name is not None)
     # The file the command runs (``python -m pkg.serve``, a script), for code provenance where
-    # the server never calls probe.request; a console script resolves to nothing.
-    code = command_file(argv, env, cwd or os.getcwd())
-    if code is not None:
-        probe.note(COMMAND_FILE, code)
-    several = len(case.requests) > 1
-    ids: dict[str, str] = {}
+    # the server never calls probe.request; a console script resolves to nothing. Noted on
+    # every attempt the server serves (a shared one's too).
+    server.cwd = cwd or os.getcwd()
+    server.code_file = command_file(argv, env, server.cwd)
+    _note_where(server)
     try:
         with probe.stage("server.startup"):
             server.wait_ready(spec, port, min(spec.ready_timeout_s, limit_s))
+    except ServerError as exc:
+        _stop_failed(exc, server, spec, platform)
+        raise
+    except BaseException:
+        _stop_failed(None, server, spec, platform)
+        raise
+    return server, port, perf
+
+
+def _note_where(server: Server) -> None:
+    probe.note("server.cwd", server.cwd)
+    if server.code_file is not None:
+        probe.note(COMMAND_FILE, server.code_file)
+
+
+def _stop_failed(exc: ServerError | None, server: Server, spec: ServerSpec, platform: str) -> None:
+    """Diagnose a timed-out server before the kill (into ``exc``), then stop it."""
+    if exc is not None and exc.status == "timeout" and server.proc.poll() is None:
+        trigger = "readiness timeout" if exc.kind == "ServerNotReady" else "request timeout"
+        exc.diagnosis = diagnose(server.proc.pid, trigger=trigger, platform=platform)
+        exc.args = (f"{exc.args[0]}\n{diagnosis_summary(exc.diagnosis)}",)
+    left = server.stop(spec.stop_timeout_s)
+    if left:
+        probe.note("server.left_behind", _left_text(left, spec))
+
+
+def _shared(
+    case: Case, outputs: Path, tag: str, limit_s: float, platform: str
+) -> server_pool.Shared:
+    """The running shared server ``case`` names, started now if this worker has none."""
+    spec = case.server
+    assert spec is not None and spec.name is not None
+    name = spec.name
+    shared = server_pool.get(name)
+    if shared is not None and shared.spec != spec:
+        differ = server_pool.differences(shared.spec, spec)
+        raise ServerError(
+            "error",
+            "SharedServerMismatch",
+            f"case '{case.id}' ({case.source}) names server '{name}', which "
+            f"{shared.started_by} started from a different [case.server] table (they differ "
+            f"in {', '.join(differ)}): every case naming one server must declare the same "
+            "table, or use a name of its own",
+        )
+    if shared is not None and shared.server.proc.poll() is not None:
+        server_pool.forget(name)
+        gone = shared.server.exited(f"after {shared.uses} case attempt(s), before this one")
+        probe.note("server.shared_died", True)
+        raise ServerError(
+            "error",
+            "SharedServerDied",
+            f"the shared server '{name}' (started by {shared.started_by}) was found dead when "
+            f"case '{case.id}' began, before it sent anything (infrastructure, not this "
+            f"case's failure; the next attempt starts it again): {gone}",
+        )
+    if shared is None:
+        folder = server_pool.folder_for(name, outputs)
+        t0 = time.perf_counter()
+        server, port, _ = _start(case, folder, limit_s, platform)
+        shared = server_pool.Shared(
+            name,
+            spec,
+            server,
+            port,
+            folder,
+            f"case '{case.id}' #{tag.rsplit('-', 1)[-1]}",
+            time.perf_counter() - t0,
+        )
+        server_pool.keep(shared)
+    else:
+        # Reused: no start-up here; the attempt that paid it has the stage server.startup.
+        probe.note("server.started_by", shared.started_by)
+        _note_where(shared.server)
+    shared.uses += 1
+    probe.note("server.shared", name)
+    return shared
+
+
+def run_server_case(
+    case: Case,
+    output_dir: Path | None,
+    tag: str,
+    limit_s: float,
+    platform: str = "cpu",
+    *,
+    last_use: bool = False,
+) -> None:
+    """Run ``case`` (``kind = "server"``) once; ``tag`` names its requests, ``limit_s`` bounds
+    start-up. Raises :class:`ServerError` when it does not pass; on a timeout (not ready in
+    time, a request without an answer) it carries the hang diagnosis taken before the kill.
+
+    A case whose server has a ``name`` uses the worker's running server of that name
+    (:mod:`harness.worker.server_pool`), starting it if there is none; it is stopped after
+    this attempt when ``last_use`` says no later case of the run needs it, or when this
+    attempt timed out or its server exited."""
+    spec = case.server
+    assert spec is not None, "run_server_case needs a server case"
+    base = output_dir if output_dir is not None else Path(tempfile.mkdtemp(prefix="harness-"))
+    probe.note("server.ranks", spec.ranks)
+    if spec.name is not None:
+        try:
+            # <run>/outputs/<case>/<attempt>: the shared server's files go to <run>/outputs
+            outputs = base.parent.parent if output_dir is not None else base
+            shared = _shared(case, outputs, tag, limit_s, platform)
+        except ServerError as exc:
+            if last_use and exc.kind == "SharedServerMismatch":  # no later case needs it
+                left = server_pool.stop(spec.name)
+                if left:
+                    probe.note("server.left_behind", _left_text(left, spec))
+            raise
+        server, port, perf = shared.server, shared.port, shared.folder / "perf"
+    else:
+        server, port, perf = _start(case, base / "server", limit_s, platform)
+    probe.note("server.port", port)
+    probe.note("server.log", str(server.log))
+    several = len(case.requests) > 1
+    ids: dict[str, str] = {}
+    try:
         import httpx
 
         with httpx.Client(trust_env=False, timeout=spec.request_timeout_s) as client:
@@ -386,26 +310,32 @@ def run_server_case(
                 answer = _send(client, server, port, i, req, rid)
                 _take_outputs(i, req, answer, prefix)
     except ServerError as exc:
-        if exc.status == "timeout" and server.proc.poll() is None:
-            trigger = "readiness timeout" if exc.kind == "ServerNotReady" else "request timeout"
-            exc.diagnosis = diagnose(server.proc.pid, trigger=trigger, platform=platform)
-            exc.args = (f"{exc.args[0]}\n{diagnosis_summary(exc.diagnosis)}",)
-        left = server.stop(spec.stop_timeout_s)
-        if left:
-            probe.note("server.left_behind", _left_text(left, spec))
+        # A shared server that still runs and answered (a 500, a missing output) stays up
+        # for the next case; a timed-out or dead one is stopped.
+        if spec.name is None or exc.status == "timeout" or server.proc.poll() is not None:
+            _stop_failed(exc, server, spec, platform)
+            _forget(spec)
         note_code_files(perf, ids)
         raise
     except BaseException:
-        left = server.stop(spec.stop_timeout_s)
-        if left:
-            probe.note("server.left_behind", _left_text(left, spec))
+        _stop_failed(None, server, spec, platform)
+        _forget(spec)
         note_code_files(perf, ids)
         raise
+    if spec.name is not None and not last_use:
+        record_perf_log(perf, ids)
+        return
     left = server.stop(spec.stop_timeout_s)
+    _forget(spec)
     probe.note("server.exit_code", server.proc.returncode)
     record_perf_log(perf, ids)
     if left:
         raise ServerError("error", "ServerLeftProcesses", _left_text(left, spec))
+
+
+def _forget(spec: ServerSpec) -> None:
+    if spec.name is not None:
+        server_pool.forget(spec.name)
 
 
 def _left_text(left: Mapping[int, str], spec: ServerSpec) -> str:

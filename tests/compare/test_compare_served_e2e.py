@@ -1,6 +1,7 @@
 """A server case through ``harness compare`` on a toy repository whose head changes the server's
 code: each side must start its own server from its own checkout (the file that served each
-request is recorded and checked by code provenance), and the change must be seen. Before the
+request is recorded and checked by code provenance), and the change must be seen. Its two cases
+share the named server "toy": each side starts it once and both cases use it. Before the
 fix both sides' servers ran the working tree's code (``python -m`` from the worker's working
 folder) and the comparison saw no change.
 
@@ -74,25 +75,28 @@ def work() -> None:
         probe.fingerprint("value", np.array([VALUE], dtype=np.float32))
 '''
 
-CASES = """\
+CASE = """\
 [[case]]
-id = "toy-serve"
+id = "{id}"
 kind = "server"
 warmup = 0
 timeout_s = 60
 
 [case.server]
-command = ["{python}", "-m", "toysrv.serve", "{port}"]
+name = "toy"
+command = ["{{python}}", "-m", "toysrv.serve", "{{port}}"]
 ready_url = "/health"
 ready_timeout_s = 20
 stop_timeout_s = 2
 
 [[case.requests]]
 path = "/gen"
-json = { prompt = "x" }
-outputs.value = { field = "value", decode = "text", suffix = ".txt" }
+json = {{ prompt = "x" }}
+outputs.value = {{ field = "value", decode = "text", suffix = ".txt" }}
 
 """
+# two cases share the server "toy": each side starts its own, once, from its own checkout
+CASES = CASE.format(id="toy-serve") + CASE.format(id="toy-serve-again")
 
 
 def make_repo(root: Path) -> Path:
@@ -179,6 +183,11 @@ def test_each_side_serves_its_own_checkout_and_head_s_change_is_seen(tmp_path: P
         assert not file.startswith(str(tree)), f"{side} served the working tree's code: {file}"
         assert doc[side]["code_files"]["toy-serve"] == file
     assert served["base"] != served["head"], served
+    for side in ("base", "head"):  # one start-up per side, on the first attempt that needed it
+        report = json.loads((runs / "c" / side / "report.json").read_text())
+        attempts = [a for c in report["cases"] for a in c["attempts"]]
+        assert len(attempts) >= 4 and {a["notes"]["server.shared"] for a in attempts} == {"toy"}
+        assert sum("server.startup" in a["stages"] for a in attempts) == 1, side
     # and head's change is seen: the answer differs, so the case diverges at its output
     assert case["verdict"] != "not_comparable", case
     assert case["divergence"]["first"] == "output:value", case["divergence"]

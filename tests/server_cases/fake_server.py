@@ -8,8 +8,10 @@ process behind. MODE ``taken`` finds its port already taken (it holds it itself)
 bind, as a server does when another process got the port first. MODE ``stuck`` never becomes
 ready: it starts a "rank 1" (this script in MODE ``rank1``, ``RANK=1`` in its environment) that
 waits in ``stuck_in_collective()``, and itself loops in ``stuck_in_warmup()``. MODE ``hang``
-is ready but never answers a POST (it loops in ``stuck_in_request()``). SIGTERM ends the
-server; SIGUSR1 dumps every thread's stack to stderr (faulthandler), as tinyav.serve does.
+is ready but never answers a POST (it loops in ``stuck_in_request()``). A POST to ``/v1/die``
+is answered as ``ok`` and then the server exits with code 7 (a shared server that dies between
+cases). Every ``ok`` answer carries the server's pid (``pid.b64``). SIGTERM ends the server;
+SIGUSR1 dumps every thread's stack to stderr (faulthandler), as tinyav.serve does.
 """
 
 from __future__ import annotations
@@ -47,7 +49,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.answer(200, b'{"video": {"b64": ')
         else:
             text = base64.b64encode(b"hello from the server").decode()
-            self.answer(200, json.dumps({"result": {"b64": text}}).encode())
+            pid = base64.b64encode(str(os.getpid()).encode()).decode()
+            self.answer(200, json.dumps({"result": {"b64": text}, "pid": {"b64": pid}}).encode())
+        if self.path == "/v1/die":
+            self.wfile.flush()
+            os._exit(7)
 
     def answer(self, code: int, body: bytes) -> None:
         self.send_response(code)

@@ -138,6 +138,7 @@ def test_a_bad_outputs_spec(tmp_path: Path, request_extra: str, key: str, expect
         ('ready_url = "/health"\nenv = { N = 1 }', "server.env"),
         ('ready_url = "/health"\nready_timeout_s = -1', "server.ready_timeout_s"),
         ('ready_url = "/health"\nport = 80', "server.port"),
+        ('ready_url = "/health"\nname = "tiny av"', "server.name"),
     ],
 )
 def test_a_bad_server_key(tmp_path: Path, server_extra: str, key: str) -> None:
