@@ -56,7 +56,8 @@ def add_parser(sub: Any) -> None:
         "--image",
         metavar="IMAGE",
         help="with --emit k8s-job (required) or github: the container image the shards run in "
-        "(this checkout at its working directory, the harness installed)",
+        "(this checkout at its working directory, the harness installed); pin it by digest, "
+        "IMAGE@sha256:...",
     )
     plan.set_defaults(func=main)
 

@@ -68,6 +68,10 @@ def workflow(
         "name": "harness shards",
         "on": {"pull_request": {}, "push": {"branches": ["main"]}},
         "permissions": {},
+        "concurrency": {
+            "group": "${{ github.workflow }}-${{ github.ref }}",
+            "cancel-in-progress": "${{ github.event_name == 'pull_request' }}",
+        },
         "jobs": {
             "shard": {
                 "name": "shard ${{ matrix.shard }}",
@@ -100,6 +104,7 @@ def workflow(
                 ],
             },
             "merge": {
+                "name": "merge the shards",
                 "needs": "shard",
                 "if": "${{ !cancelled() }}",
                 "runs-on": "ubuntu-latest",
@@ -137,4 +142,10 @@ def workflow_yaml(
         ],
     )
     body = dump_yaml(workflow(split, command, image=image, profile=profile))
-    return Emitted(text + pin_comments(body))
+    notes = []
+    if image and "@sha256:" not in image:
+        notes.append(
+            f"--image {image}: pin it by digest (IMAGE@sha256:...); a tag can be moved, and "
+            "zizmor reports it (unpinned-images)"
+        )
+    return Emitted(text + pin_comments(body), tuple(notes))
