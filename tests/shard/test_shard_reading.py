@@ -53,3 +53,15 @@ def test_the_fast_check_defers_every_refusal_to_jsonschema() -> None:
     doc["cases"][0]["status"] = "kind-of-passed"
     with pytest.raises(ReportFormatError, match=r"\$\.cases\[0\]\.status"):
         validate_report(doc)
+
+
+def test_only_pure_type_unions_are_collapsed_for_the_fast_check() -> None:
+    from harness.report.schema import _type_unions
+
+    union = {"anyOf": [{"type": "string"}, {"type": "null"}], "description": "d"}
+    assert _type_unions(union) == {"type": ["string", "null"], "description": "d"}
+    number = {"anyOf": [{"type": "number"}, {"enum": ["inf", "nan"]}]}
+    assert _type_unions(number) == number  # not only types: left as it is
+    assert _type_unions({"items": [union]}) == {
+        "items": [{"type": ["string", "null"], "description": "d"}]
+    }
