@@ -65,7 +65,9 @@ def parse_shard_spec(spec: str, option: str = "--shard") -> tuple[int, int]:
     """``"2/4"`` -> ``(2, 4)``: 1-based index and count; anything else is a usage error."""
     m = _SPEC.fullmatch(spec)
     if m is None:
-        raise UsageError(f"{option} {spec!r}: expected INDEX/COUNT with integers, e.g. 2/4")
+        raise UsageError(
+            f"{option} {spec!r}: expected INDEX/COUNT with integers, e.g. 2/4, or auto"
+        )
     index, count = int(m.group(1)), int(m.group(2))
     if not 1 <= count <= MAX_SHARDS:
         raise UsageError(f"{option} {spec}: the count must be from 1 to {MAX_SHARDS}")
@@ -228,9 +230,11 @@ class ShardPlan:
         total = sum(e.seconds for e in self.expected)
         return max(total / self.count, max(self.batch_seconds().values(), default=0.0))
 
-    def info(self, index: int | None) -> ShardInfo:
-        """What a shard's report records: which shard it is, and the whole plan."""
+    def info(self, index: int | None, source: str | None = None) -> ShardInfo:
+        """What a shard's report records: which shard it is (and how it was told), and the
+        whole plan."""
         return ShardInfo(
+            source=source,
             index=index,
             count=self.count,
             digest=self.digest,

@@ -17,6 +17,7 @@ from harness.cli import (
     bisect,
     compare,
     completion,
+    dispatch,
     history,
     init,
     merge,
@@ -36,6 +37,7 @@ examples:
   harness plan cases/ -k loader
   harness plan --shards 4 --durations reports/latest   # then: harness run --shard 2/4 ...
   harness merge shard-*/ --out reports/merged
+  harness dispatch --ray http://127.0.0.1:8265 --shards 4 --out /shared/runs   # Ray jobs
   harness refs verify
   harness platforms --runner mi300x            # what this machine has; does the profile fit
   harness history ingest reports/ --db history.db   # main's history; then check, site
@@ -77,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"harness {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in (run, compare, bisect, plan, report, merge, platforms, init, history, baselines):
+    modules = (run, compare, bisect, plan, report, merge, dispatch, platforms, init, history)
+    for module in (*modules, baselines):
         module.add_parser(sub)
     refs.add_parser(sub)
     completion.add_parser(sub)

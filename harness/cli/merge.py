@@ -9,7 +9,7 @@ from typing import Any
 
 from harness.errors import InputError, UsageError
 from harness.model import RunReport, exit_code
-from harness.report.io import read_report, write_run
+from harness.report.io import read_shard_reports, write_run
 from harness.report.merge import copy_outputs, merge_reports
 
 MERGE_EXAMPLE = """\
@@ -79,10 +79,15 @@ def main(args: argparse.Namespace) -> int:
     out: Path = args.out
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"--out {out}: exists and is not an empty folder; pick a new folder")
-    paths = _report_paths(args.dirs)
+    return merge_into(_report_paths(args.dirs), out)
+
+
+def merge_into(paths: list[Path], out: Path) -> int:
+    """Merge the shard reports at ``paths`` into the new run folder ``out``; print what was
+    merged and what is missing; the exit code of the merged report."""
     shards: list[tuple[str, RunReport]] = []
-    for path in paths:
-        shards.append((str(path.parent), read_report(path)))
+    for path, report in zip(paths, read_shard_reports(paths), strict=True):
+        shards.append((str(path.parent), report))
         print(f"read {path}", file=sys.stderr)
     merged = merge_reports(shards, run_id=out.resolve().name or "merged", argv=tuple(sys.argv))
     out.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,7 @@ from typing import Any
 
 from harness.cases import build_plan
 from harness.cases.shard import Needs, ShardPlan, check_shard_count
+from harness.cli.emit import ENGINES, emit, shard_command
 from harness.cli.sharding import add_split_args, check_split_args, shard_plan
 from harness.cli.suite import add_suite_args, load, platforms
 from harness.errors import UsageError
@@ -21,6 +22,9 @@ examples:
   harness plan cases/ -k loader
   harness plan --shards 4 --durations reports/latest      # per shard: cases, expected seconds
   harness plan --shards 4 --durations reports/latest --json
+  harness plan --shards 4 --emit github > .github/workflows/harness.yml
+  harness plan --shards 8 --runner h100 --emit k8s-job --image registry.example/stack:ci
+  harness plan --shards 4 --emit buildkite | buildkite-agent pipeline upload
 """
 
 
@@ -41,6 +45,20 @@ def add_parser(sub: Any) -> None:
     )
     add_split_args(plan)
     plan.add_argument("--json", action="store_true", help="with --shards: the split as JSON")
+    plan.add_argument(
+        "--emit",
+        choices=ENGINES,
+        help="with --shards: print the engine's job for the plan (a Kubernetes Indexed Job, a "
+        "Buildkite step with parallelism, a GitHub Actions matrix), each shard running "
+        "`harness run ... --shard auto`",
+    )
+    plan.add_argument(
+        "--image",
+        metavar="IMAGE",
+        help="with --emit k8s-job (required) or github: the container image the shards run in "
+        "(this checkout at its working directory, the harness installed); pin it by digest, "
+        "IMAGE@sha256:...",
+    )
     plan.set_defaults(func=main)
 
 
@@ -50,6 +68,12 @@ def main(args: argparse.Namespace) -> int:
     check_split_args(args, args.shards is not None, "--shards N")
     if args.json and args.shards is None:
         raise UsageError("--json: only with --shards N (the split as JSON)")
+    if args.emit and args.shards is None:
+        raise UsageError(f"--emit {args.emit}: only with --shards N (the job runs N shards)")
+    if args.emit and args.json:
+        raise UsageError(f"--emit {args.emit} and --json: pick one (both print to stdout)")
+    if args.image and not args.emit:
+        raise UsageError("--image: only with --emit k8s-job or github")
     profile = resolve_profile(args.runner, Path("runners"))
     suite = load(args.paths)
     for err in suite.errors:
@@ -59,7 +83,12 @@ def main(args: argparse.Namespace) -> int:
         split = shard_plan(args, items, args.shards)
         for line in device_warnings(split, profile):
             print(f"warning: {line}", file=sys.stderr)
-        if args.json:
+        if args.emit:
+            emitted = emit(args.emit, split, shard_command(args), image=args.image, profile=profile)
+            for note in emitted.notes:
+                print(f"note: {note}", file=sys.stderr)
+            sys.stdout.write(emitted.text)
+        elif args.json:
             print(json.dumps(split_json(split), indent=2))
         else:
             print_split(split)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import signal
 import sys
 from pathlib import Path
@@ -26,6 +27,7 @@ examples:
   harness run --runner h100 --budget 1500 --out reports/
   harness run --shuffle 1234                   # same cases, a seeded random order
   harness run --shard 2/4 --durations prev/report.json --fail-fast   # one CI machine's part
+  harness run --shard auto --out /runs     # index and count from Buildkite, GitLab, k8s, ...
 """
 
 
@@ -82,9 +84,11 @@ def add_parser(sub: Any) -> None:
     )
     run.add_argument(
         "--shard",
-        metavar="I/N",
+        metavar="I/N|auto",
         help="run only part I of the plan split over N machines by expected duration "
-        "(1-based; see `harness plan --shards N`); merge the parts with `harness merge`",
+        "(1-based; see `harness plan --shards N`); merge the parts with `harness merge`. "
+        "auto: I and N from the CI engine's variables (GitHub Actions via HARNESS_SHARD_INDEX/"
+        "HARNESS_SHARD_COUNT, Buildkite, GitLab, Kubernetes Indexed Jobs, Slurm arrays)",
     )
     add_split_args(run)
     run.add_argument(
@@ -108,7 +112,7 @@ def main(args: argparse.Namespace) -> int:
     # path) stays free of numpy and torch.
     from harness.cases import build_plan
     from harness.cases.plan import shuffle_plan
-    from harness.cases.shard import parse_shard_spec
+    from harness.cases.shard_env import resolve_shard
     from harness.cli.progress import ProgressDisplay
     from harness.cli.refs import bless_hints
     from harness.cli.sharding import shard_plan
@@ -121,7 +125,7 @@ def main(args: argparse.Namespace) -> int:
     from harness.report.text import contention_figures
 
     _check_args(args)
-    shard_spec = parse_shard_spec(args.shard) if args.shard is not None else None
+    shard_spec = resolve_shard(args.shard, os.environ) if args.shard is not None else None
     check_split_args(args, shard_spec is not None, "--shard I/N")
     references = args.references if args.references is not None else Path("references")
     profile = resolve_profile(args.runner, Path("runners"))
@@ -133,13 +137,14 @@ def main(args: argparse.Namespace) -> int:
         items = shuffle_plan(items, args.shuffle)
     shard = None
     if shard_spec is not None:
-        split = shard_plan(args, items, shard_spec[1])
-        shard = split.info(shard_spec[0])
-        items = split.items_of(shard_spec[0])
+        split = shard_plan(args, items, shard_spec.count)
+        shard = split.info(shard_spec.index, shard_spec.source)
+        items = split.items_of(shard_spec.index)
         print(
             f"shard {shard.label}: {len(items)} of {len(split.items)} item(s), "
-            f"expected {split.loads()[shard_spec[0] - 1]:.2f} s, plan {split.digest}"
-            + (f", nonce {split.nonce}" if split.nonce else ""),
+            f"expected {split.loads()[shard_spec.index - 1]:.2f} s, plan {split.digest}"
+            + (f", nonce {split.nonce}" if split.nonce else "")
+            + (f" ({shard_spec.source})" if shard_spec.source != "given" else ""),
             file=sys.stderr,
         )
     code_roots = args.code_roots or (["targets/tinyav"] if Path("targets/tinyav").is_dir() else [])

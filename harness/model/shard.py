@@ -83,6 +83,9 @@ class ShardInfo:
     # Drawn once per plan (``--plan-nonce``, ``HARNESS_PLAN_NONCE`` or the CI run's id), so two
     # plans of the same case list are told apart: a shard of another CI run is not merged.
     nonce: str | None = None
+    # Where index and count came from: "given" (--shard I/N) or the engine and the variables
+    # --shard auto read ("buildkite: BUILDKITE_PARALLEL_JOB=1, ..."); None in a merged report.
+    source: str | None = None
 
     @property
     def label(self) -> str:
@@ -97,6 +100,7 @@ class ShardInfo:
     def to_json(self) -> dict[str, Any]:
         part = {"part": self.part} if self.part else {}
         nonce = {"plan_nonce": self.nonce} if self.nonce else {}
+        source = {"source": self.source} if self.source else {}
         return {
             "index": self.index,
             "count": self.count,
@@ -104,6 +108,7 @@ class ShardInfo:
             "by": self.by,
             **part,
             **nonce,
+            **source,
             "plan": [p.to_json() for p in self.plan],
         }
 
@@ -117,6 +122,7 @@ class ShardInfo:
             plan=tuple(PlannedCase.from_json(p) for p in d.get("plan", [])),
             part=d.get("part"),
             nonce=d.get("plan_nonce"),
+            source=d.get("source"),
         )
 
 

@@ -22,10 +22,11 @@ SHARD_KEY: pytest.StashKey[ShardInfo] = pytest.StashKey()
 def add_shard_options(group: pytest.OptionGroup) -> None:
     group.addoption(
         "--harness-shard",
-        metavar="I/N",
+        metavar="I/N|auto",
         default=None,
         help="collect only part I of the cases split over N machines by expected duration "
-        "(like harness run --shard I/N; merge the reports with harness merge)",
+        "(like harness run --shard I/N; merge the reports with harness merge); auto: from the "
+        "CI engine's variables, as harness run --shard auto",
     )
     group.addoption(
         "--harness-durations",
@@ -61,11 +62,11 @@ def check_shard_option(config: pytest.Config) -> None:
     spec = config.getoption("harness_shard")
     if spec is None:
         return
-    from harness.cases.shard import parse_shard_spec
+    from harness.cases.shard_env import resolve_shard
     from harness.errors import UsageError
 
     try:
-        parse_shard_spec(spec, "--harness-shard")
+        resolve_shard(spec, os.environ, "--harness-shard")
     except UsageError as exc:
         raise pytest.UsageError(str(exc)) from None
 
@@ -78,13 +79,15 @@ def select_shard(config: pytest.Config, plan: Sequence[PlanItem]) -> list[PlanIt
         return list(plan)
     from pathlib import Path
 
-    from harness.cases.shard import parse_shard_spec, plan_nonce, recorded_durations, split
+    from harness.cases.shard import plan_nonce, recorded_durations, split
+    from harness.cases.shard_env import resolve_shard
     from harness.report.io import read_report
 
-    index, count = parse_shard_spec(spec, "--harness-shard")
+    told = resolve_shard(spec, os.environ, "--harness-shard")
+    index, count = told.index, told.count
     reports = [read_report(Path(p)) for p in config.getoption("harness_durations") or ()]
     nonce = plan_nonce(config.getoption("harness_plan_nonce"), os.environ)
     by = config.getoption("harness_shard_by")
     cut = split(plan, count, recorded_durations(reports), by=by, nonce=nonce)
-    config.stash[SHARD_KEY] = cut.info(index)
+    config.stash[SHARD_KEY] = cut.info(index, told.source)
     return cut.items_of(index)

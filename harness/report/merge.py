@@ -112,10 +112,17 @@ def _check_same_origin(shards: Sequence[tuple[str, RunReport]]) -> None:
 
 
 def _shard_cases(
-    path: str, report: RunReport, info: ShardInfo, owner: dict[str, str]
+    path: str,
+    report: RunReport,
+    info: ShardInfo,
+    owner: dict[str, str],
+    by_name: dict[int, dict[str, PlannedCase]],
 ) -> dict[str, CaseResult]:
-    """The report's results by case name, each checked against the plan and the others."""
-    planned = {p.name: p for p in info.plan}
+    """The report's results by case name, each checked against the plan and the others
+    (``by_name``: each plan's cases by name, built once per plan object)."""
+    planned = by_name.get(id(info.plan))
+    if planned is None:
+        planned = by_name[id(info.plan)] = {p.name: p for p in info.plan}
     out: dict[str, CaseResult] = {}
     for case in report.cases:
         p = planned.get(case.name)
@@ -158,11 +165,12 @@ def merge_reports(
     results: dict[str, CaseResult] = {}
     missing_of: dict[str, MissingCase] = {}
     present: dict[int, list[tuple[str, RunReport]]] = {}  # shard -> its report, or its parts
+    by_name: dict[int, dict[str, PlannedCase]] = {}
     for path, info in infos:
         report = reports[path]
         assert info.index is not None
         present.setdefault(info.index, []).append((path, report))
-        reported = _shard_cases(path, report, info, owner)
+        reported = _shard_cases(path, report, info, owner, by_name)
         owner.update(dict.fromkeys(reported, path))
         results.update(reported)
         for m in report.missing:

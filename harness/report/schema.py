@@ -43,6 +43,47 @@ def _validator() -> Any:
     return jsonschema.Draft202012Validator(load_report_schema())
 
 
+@functools.cache
+def _fast_validator() -> Callable[[Any], Any] | None:
+    """The report schema compiled to Python by fastjsonschema (~20x faster than jsonschema on
+    a shard of 50 pipeline cases: what keeps a merge of 100 shards in seconds), or None
+    without it. It checks valid documents only: a document it refuses is judged again by
+    jsonschema, which is the authority and names the problem. The schema uses no keyword
+    whose meaning differs between draft 2020-12 and draft 7 (no ``$ref`` with siblings, no
+    ``prefixItems``), so it is compiled as draft 7, the newest fastjsonschema knows."""
+    try:
+        import fastjsonschema
+    except ImportError:
+        return None
+    schema = dict(load_report_schema(), **{"$schema": "http://json-schema.org/draft-07/schema#"})
+    compiled: Callable[[Any], Any] = fastjsonschema.compile(_type_unions(schema))
+    return compiled
+
+
+def _type_unions(node: Any) -> Any:
+    """``{"anyOf": [{"type": "string"}, {"type": "null"}]}`` as ``{"type": ["string",
+    "null"]}``: the same meaning, but fastjsonschema's code for an anyOf raises and catches an
+    exception (with its message formatted) for every branch that does not match, which was
+    most of the time it spent on a report (a null output or reason in every check)."""
+    if isinstance(node, list):
+        return [_type_unions(x) for x in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _type_unions(v) for k, v in node.items()}
+    branches = out.get("anyOf")
+    if (
+        isinstance(branches, list)
+        and branches
+        and all(isinstance(b, dict) and set(b) == {"type"} for b in branches)
+        and "type" not in out
+    ):
+        del out["anyOf"]
+        out["type"] = [
+            t for b in branches for t in ([b["type"]] if isinstance(b["type"], str) else b["type"])
+        ]
+    return out
+
+
 def validate_report(doc: Any) -> None:
     """Raise :class:`ReportFormatError` naming the JSON path of the first problem in ``doc``.
 
@@ -57,6 +98,13 @@ def validate_report(doc: Any) -> None:
             f"report: $.schema_version: unsupported schema_version {version!r}; "
             f"this harness reads version {SCHEMA_VERSION}"
         )
+    fast = _fast_validator()
+    if fast is not None:
+        try:
+            fast(doc)
+            return
+        except Exception:  # JsonSchemaValueException: jsonschema below says where and why
+            pass
     from jsonschema.exceptions import best_match
 
     error = best_match(_validator().iter_errors(doc))

@@ -25,6 +25,9 @@ EXPRESSIONS = {
     "matrix.profile": "cpu",
     "matrix.shard": "2",
     "env.SHARDS": "4",
+    "github.workflow": "harness",
+    "github.ref": "refs/pull/42/merge",
+    "github.event_name == 'pull_request'": "true",
     "github.event.pull_request.base.sha": "0123456789abcdef0123456789abcdef01234567",
     "github.event.pull_request.number": "42",
 }
@@ -63,7 +66,10 @@ def _commands() -> list[tuple[str, list[str]]]:
         for step in job["steps"]:
             if "run" not in step:
                 continue
-            script = _expand(step["run"], env)
+            # the values a script reads come through env: (never ${{ }} inside `run:`)
+            local = {**env, **{k: _expand(str(v), env) for k, v in step.get("env", {}).items()}}
+            assert "${{" not in step["run"], f"{job_name}: ${{{{ }}}} inside run: {step['run']}"
+            script = _expand(step["run"], local)
             for line in script.replace("\\\n", " ").splitlines():
                 lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
                 lexer.whitespace_split = True
@@ -186,5 +192,11 @@ def test_the_jobs_are_wired_plan_shards_merge_compare() -> None:
     assert "pull_request" in compare["if"]
     checkout = next(s for s in compare["steps"] if "checkout" in s.get("uses", ""))
     assert checkout["with"]["fetch-depth"] == 0
-    run = next(s["run"] for s in compare["steps"] if "harness compare" in s.get("run", ""))
-    assert "--base ${{ github.event.pull_request.base.sha }}" in run
+    step = next(s for s in compare["steps"] if "harness compare" in s.get("run", ""))
+    assert '--base "$BASE_SHA"' in step["run"]
+    assert step["env"]["BASE_SHA"] == "${{ github.event.pull_request.base.sha }}"
+    # the shard's index and count reach `--shard auto` from the matrix, as docs say
+    run = next(s for s in shard["steps"] if "harness run" in s.get("run", ""))
+    assert "--shard auto" in run["run"]
+    assert run["env"]["HARNESS_SHARD_INDEX"] == "${{ matrix.shard }}"
+    assert run["env"]["HARNESS_SHARD_COUNT"] == "${{ env.SHARDS }}"
