@@ -64,9 +64,17 @@ class AttemptJob:
     # The platform identity the attempt runs as (harness.platforms.Identity JSON), handed to
     # the target by probe.platform_info(); None: only the platform name is known.
     identity: Mapping[str, Any] | None = None
+    # Compare every attempt with its layered reference (``harness run --explain``), not only
+    # one whose quality checks failed; the tolerances are the platform policy's ``[layers]``.
+    explain: bool = False
+    layer_tolerances: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "explain": self.explain,
+            "layer_tolerances": (
+                dict(self.layer_tolerances) if self.layer_tolerances is not None else None
+            ),
             "case": _case_json(self.case),
             "platform": self.platform,
             "platform_chain": list(self.platform_chain),
@@ -98,6 +106,8 @@ class AttemptJob:
             output_dir=d.get("output_dir"),
             references_root=d.get("references_root"),
             identity=d.get("identity"),
+            explain=bool(d.get("explain", False)),
+            layer_tolerances=d.get("layer_tolerances"),
         )
 
 
