@@ -131,7 +131,7 @@ def short(v: Any) -> str:
         return "-" if v is None else str(v)
     if v == 0 or not math.isfinite(v):
         return str(v) if v else "0"
-    if 1e-2 <= abs(v) < 1e3:
+    if 0.1 <= abs(v) < 1e3:
         return f"{v:.2g}"
     mantissa, exp = f"{v:.1e}".split("e")
     return f"{mantissa.removesuffix('.0')}e{int(exp)}"

@@ -10,6 +10,7 @@ seconds: the planted change is a line of the target's code, as a head commit wou
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,18 @@ def test_drift_after_step0_is_localized(tmp_path: Path, capsys: pytest.CaptureFi
     assert rc == 1  # no reference yet
     assert _attempt(base)["intermediates"]["count"] == 5  # text.context, denoise.step00..03
     capsys.readouterr()
+    # A run folder whose layer samples changed after the run is never pinned.
+    tampered = tmp_path / "tampered"
+    shutil.copytree(base, tampered)
+    samples = tampered / _attempt(base)["intermediates"]["path"]
+    samples.write_bytes(samples.read_bytes()[:-4] + b"\0\0\0\0")
+    assert (
+        main(["refs", "bless", "--run", str(tampered), "--references", str(refs), "--reason", "x"])
+        == 2
+    )
+    assert "changed after the run" in capsys.readouterr().out
+    assert not (refs / "manifest.json").exists()
+
     blessed = ["refs", "bless", "--run", str(base), "--references", str(refs)]
     assert main([*blessed, "--reason", "first", "--who", "ci"]) == 0
     said = capsys.readouterr().out
@@ -113,3 +126,14 @@ def test_drift_after_step0_is_localized(tmp_path: Path, capsys: pytest.CaptureFi
     assert "denoise.step01" in (head / "junit.xml").read_text()
     html = (head / "index.html").read_text()
     assert "first departure" in html and "denoise.step02" in html
+
+    # The same head on a simulated HIP platform, against the CPU-blessed reference: HIP's
+    # policy tolerance (1e-2, harness/platforms/policy.toml [hip.layers]) takes step01's
+    # 7.6e-3 as within, and the departure is localized at step02.
+    rc, hip = run("hip", 0.05, "--platform", "hip")
+    layers = _attempt(hip)["reference_layers"]
+    assert layers["first_departure"] == "denoise.step02", layers["summary"]
+    by_name = {x["name"]: x for x in layers["layers"]}
+    assert by_name["denoise.step01"]["status"] == "within"
+    assert by_name["denoise.step01"]["tolerance"] == 1e-2
+    assert "denoise.step01 within tolerance (rel L2 7.6e-3 <= 1e-2)" in layers["summary"]
