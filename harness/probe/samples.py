@@ -22,6 +22,7 @@ reference blessed with one numpy reads the same positions with any other.
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any
 
@@ -36,11 +37,13 @@ RULE = f"whole<={WHOLE_MAX};stratified-knuth:{SAMPLE_N}"
 _KNUTH = 2654435761  # Knuth's multiplicative hash constant (2^32 / golden ratio)
 
 
-def sample_indices(numel: int, n: int = SAMPLE_N) -> list[int]:
-    """``n`` positions in ``range(numel)``, increasing, one per stratum of ``numel / n``.
+@functools.lru_cache(maxsize=256)
+def sample_indices(numel: int, n: int = SAMPLE_N) -> tuple[int, ...]:
+    """``n`` positions in ``range(numel)``, increasing, one per stratum of ``numel / n`` (the
+    same tensor shapes recur in every attempt: computed once per size).
 
     >>> sample_indices(10, 4)
-    [1, 3, 6, 9]
+    (1, 3, 6, 9)
     >>> len(set(sample_indices(196608)))
     256
     """
@@ -49,7 +52,7 @@ def sample_indices(numel: int, n: int = SAMPLE_N) -> list[int]:
         start, stop = i * numel // n, (i + 1) * numel // n
         width = max(1, stop - start)
         out.append(start + ((i + 1) * _KNUTH % (1 << 32)) % width)
-    return out
+    return tuple(out)
 
 
 def layer_sample(x: Any) -> Any:
@@ -65,11 +68,11 @@ def layer_sample(x: Any) -> Any:
         if t.is_complex() or t.layout is not torch.strided or t.dtype == torch.bool:
             return None
         if t.numel() > WHOLE_MAX:
-            idx = torch.tensor(sample_indices(t.numel()), device=t.device)
+            idx = torch.tensor(sample_indices(t.numel()), device=t.device, dtype=torch.long)
             t = t.reshape(-1).index_select(0, idx)
         return t.to("cpu", torch.float32).numpy()
     if not isinstance(x, np.ndarray) or x.dtype.kind not in "biuf" or x.dtype.kind == "b":
         return None
     if x.size > WHOLE_MAX:
-        x = x.reshape(-1)[sample_indices(x.size)]
+        x = x.reshape(-1)[list(sample_indices(x.size))]
     return np.array(x, dtype=np.float32)

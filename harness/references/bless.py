@@ -25,6 +25,11 @@ It refuses, writing nothing for that case,
 
 The rules and their bounds live in :mod:`harness.references.rules`.
 
+From the same attempt it pins the case's layered reference (:mod:`harness.references.
+bless_layers`): its input hashes and fingerprinted intermediates, which
+:mod:`harness.references.layered` compares a later run with; an attempt recorded without
+intermediates pins its outputs alone (and drops a layered reference it would contradict).
+
 Every entry records why, by whom and when (UTC), the run it came from, the environment that
 produced it and the harness version. Files and the manifest are written atomically (temp file +
 ``os.replace``) into a fresh content-addressed folder named with :func:`harness.fsio.slug`

@@ -99,7 +99,8 @@ def prepare_layers(run: Path, attempt: Attempt) -> tuple[PreparedLayers | None, 
         kept = samples.get(name)
         numel = int(np.prod(fp.get("shape") or [0]))
         stored = "none" if kept is None else "whole" if kept.size == numel else "sample"
-        pins.append(LayerPin(name, "fingerprint", str(fp.get("hash", "")), dict(fp), stored))
+        described = {k: v for k, v in fp.items() if k != "hash"}  # the hash is the pin's own
+        pins.append(LayerPin(name, "fingerprint", str(fp.get("hash", "")), described, stored))
     if not pins:
         return None, f"attempt #{attempt.index} recorded no inputs and no fingerprints"
     kept_samples = {p.name: samples[p.name] for p in pins if p.stored != "none"}

@@ -33,7 +33,7 @@ def test_sample_rule_is_stratified_deterministic_and_kept_whole_when_small() -> 
     big = torch.arange(4096, dtype=torch.bfloat16).reshape(64, 64)
     got = layer_sample(big)
     assert got.dtype == np.float32 and got.shape == (SAMPLE_N,)
-    np.testing.assert_array_equal(got, big.float().reshape(-1)[sample_indices(4096)].numpy())
+    np.testing.assert_array_equal(got, big.float().reshape(-1)[list(sample_indices(4096))].numpy())
     assert layer_sample(np.array([1 + 2j])) is None and layer_sample([1, 2]) is None
 
 
