@@ -12,7 +12,7 @@ attempt spends keeping its layer samples and comparing them with a layered refer
    pays it), each against the attempt's own duration (the bound for ``--explain`` on a passing
    run: 5 %).
 
-    python bench/bench_layers.py [-k EXPR]
+    python bench/bench_layers.py [-k EXPR] [--run DIR]
 """
 
 from __future__ import annotations
@@ -65,16 +65,22 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("-k", default=None, help="run only these cases (harness run -k)")
+    parser.add_argument(
+        "--run", type=Path, default=None, help="a run folder of the suite to bless (no new run)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=REPO / "reports") as tmp:
         out = Path(tmp)
         select = ["-k", args.k] if args.k else []
         t0 = time.perf_counter()
-        proc = harness("run", *select, "--out", str(out), "--run-id", "suite", "-q")
-        run = out / "suite"
-        if not (run / "report.json").is_file():
-            sys.exit(f"harness run wrote no report ({proc.returncode}):\n{proc.stderr[-3000:]}")
-        print(f"suite: {time.perf_counter() - t0:.0f} s, exit {proc.returncode}")
+        if args.run is not None:
+            run = args.run.resolve()
+        else:
+            proc = harness("run", *select, "--out", str(out), "--run-id", "suite", "-q")
+            run = out / "suite"
+            if not (run / "report.json").is_file():
+                sys.exit(f"harness run wrote no report ({proc.returncode}):\n{proc.stderr[-3000:]}")
+            print(f"suite: {time.perf_counter() - t0:.0f} s, exit {proc.returncode}")
         report = json.loads((run / "report.json").read_text())
         store = out / "references"
         shutil.copytree(REPO / "references", store)
@@ -82,7 +88,7 @@ def main() -> None:
         manifest = json.loads((store / "manifest.json").read_text())["references"]
         for case in report["cases"]:
             ref = case.get("reference") or case["id"]
-            classes = sorted(manifest.get(ref, {})) or ["any"]
+            classes = sorted(manifest.get(ref, {}))  # a case without one has nothing to pin
             if case["simulated"] or case["status"] == "skipped":
                 continue
             for plat in classes:

@@ -36,6 +36,7 @@ from harness.references.manifest import (
 __all__ = ["LAYERS_FILE", "PreparedLayers", "prepare_layers", "write_layers"]
 
 LAYERS_FILE = "layers.safetensors"
+_PINNED = ("dtype", "shape", "nonfinite", "min", "max", "mean")
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,9 @@ def prepare_layers(run: Path, attempt: Attempt) -> tuple[PreparedLayers | None, 
         kept = samples.get(name)
         numel = int(np.prod(fp.get("shape") or [0]))
         stored = "none" if kept is None else "whole" if kept.size == numel else "sample"
-        described = {k: v for k, v in fp.items() if k != "hash"}  # the hash is the pin's own
+        # What a comparison reads: the hash is the pin's own, and where the tensor lived is in
+        # the entry's provenance (its platform), not needed per layer.
+        described = {k: v for k, v in fp.items() if k in _PINNED}
         pins.append(LayerPin(name, "fingerprint", str(fp.get("hash", "")), described, stored))
     if not pins:
         return None, f"attempt #{attempt.index} recorded no inputs and no fingerprints"

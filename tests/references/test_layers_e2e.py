@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.report.schema import validate_report
 
 TARGET = """
 import numpy as np
@@ -105,6 +106,7 @@ def test_drift_after_step0_is_localized(tmp_path: Path, capsys: pytest.CaptureFi
 
     rc, head = run("head", 0.05)  # no --explain: the failed quality check asks for it
     assert rc == 1
+    validate_report(json.loads((head / "report.json").read_text()))  # the published schema
     err = capsys.readouterr().err
     layers = _attempt(head)["reference_layers"]
     assert layers["status"] == "departed"
