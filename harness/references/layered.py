@@ -180,10 +180,6 @@ def explain(
             f"{entry.key} keeps samples by rule {entry.rule!r}, this harness takes {RULE!r}; "
             "re-bless it",
         )
-    if not inputs and not fingerprints:
-        return no_layered_reference(
-            reference_id, "the attempt recorded no inputs and no fingerprints to compare"
-        )
     try:
         ref_values = store.load_layers(entry)
     except ReferenceStoreError as exc:

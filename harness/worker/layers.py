@@ -14,7 +14,7 @@ from typing import Any
 from harness.fsio import write_atomic
 from harness.metrics import names as metric_names
 from harness.model import CheckResult
-from harness.model.layers import ReferenceLayers
+from harness.model.layers import ReferenceLayers, no_layered_reference
 from harness.probe.samples import RULE
 from harness.references.layered import explain
 from harness.references.store import ReferenceStore
@@ -67,8 +67,6 @@ def explain_attempt(
 ) -> ReferenceLayers:
     """Where the attempt first left its layered reference (see
     :func:`harness.references.layered.explain`)."""
-    from harness.model.layers import no_layered_reference
-
     if not reference_id:
         return no_layered_reference("", "the case names no reference")
     if not references_root:
