@@ -48,6 +48,10 @@ tensor max abs diff > 1 % of range, any shape change).
 Case ids become folder names through an injective slug that never leaves the store; a
 replaced reference's files are deleted only when no other entry lists them. Nothing else ever
 writes the reference store.
+From the same attempt it also pins the layered reference: the input hashes and every
+fingerprinted intermediate (whole up to 256 values, else a 256-value sample and statistics),
+which a run whose quality check fails (or `harness run --explain`) is compared with, layer by
+layer (docs/triage.md). A run recorded without intermediates pins its outputs alone.
 
 examples:
   harness refs bless --run reports/20260101-120000 --case t2va-int8 \\

@@ -26,6 +26,7 @@ examples:
   harness run cases/pipeline -k "int8 and not ref" --repeats 3
   harness run --runner h100 --budget 1500 --out reports/
   harness run --shuffle 1234                   # same cases, a seeded random order
+  harness run -k t2va-int8 --explain           # where each run first left its reference
   harness run --shard 2/4 --durations prev/report.json --fail-fast   # one CI machine's part
   harness run --shard auto --out /runs     # index and count from Buildkite, GitLab, k8s, ...
 """
@@ -103,6 +104,13 @@ def add_parser(sub: Any) -> None:
         help="run a runner profile that promises devices (device_count >= 1) simulated when "
         "its platform is not available here (without it that run is refused, exit 3)",
     )
+    run.add_argument(
+        "--explain",
+        action="store_true",
+        help="compare every attempt with its layered reference (inputs, then each "
+        "fingerprinted layer) and report where it first left it; without it only attempts "
+        "whose quality checks failed are compared",
+    )
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     run.set_defaults(func=main)
 
@@ -119,6 +127,7 @@ def main(args: argparse.Namespace) -> int:
     from harness.cli.suite import load, platforms
     from harness.execution.run import Runner, RunOptions
     from harness.model import exit_code
+    from harness.model.layers import case_layers
     from harness.platforms.profile import resolve_profile
     from harness.report.github import publish_run
     from harness.report.io import write_run
@@ -167,6 +176,7 @@ def main(args: argparse.Namespace) -> int:
             item_progress=None if args.quiet else display.item,
             fail_fast=args.fail_fast,
             shard=shard,
+            explain=args.explain,
         )
     )
     order = f", shuffled with seed {args.shuffle}" if args.shuffle is not None else ""
@@ -226,6 +236,10 @@ def main(args: argparse.Namespace) -> int:
                     "(other processes' load: not failed)",
                     file=sys.stderr,
                 )
+    for c in report.cases:
+        layers = case_layers(c.attempts)
+        if layers is not None and (args.explain or c.status != "passed"):
+            print(f"  layers   {c.name}: {layers.summary}", file=sys.stderr)
     for m in report.missing:
         print(f"  missing  {m.name}: {m.reason}", file=sys.stderr)
     for line in bless_hints(report, runner.run_dir, args.references):

@@ -58,8 +58,11 @@ class Executor:
         references_root: str | None = None,
         preimport: tuple[str, ...] | None = None,
         say: Callable[[str], None] | None = None,
+        explain: bool = False,
     ) -> None:
         self.run_dir = run_dir
+        # Every attempt compared with its layered reference, not only quality failures.
+        self.explain = explain
         self.profile = profile
         self.sides = dict(sides)
         self.references_root = references_root
@@ -196,6 +199,8 @@ class Executor:
             output_dir=str(out_dir),
             references_root=self.references_root,
             server_last=server_last,
+            explain=self.explain,
+            layer_tolerances=resolved.policy.layer_tolerances(),
         )
         base = Attempt(
             case_id=case.id,
@@ -317,7 +322,12 @@ class Executor:
             for name, info in attempt.outputs.items()
         }
         metrics = {c.name: c.value for c in attempt.checks if c.value is not None}
-        return replace(attempt, outputs=outputs, metrics={**attempt.metrics, **metrics})
+        layers = dict(attempt.intermediates)
+        if layers.get("path"):
+            layers["path"] = os.path.relpath(layers["path"], self.run_dir)
+        return replace(
+            attempt, outputs=outputs, metrics={**attempt.metrics, **metrics}, intermediates=layers
+        )
 
     def _drop(self, spec: WorkerSpec, handle: WorkerHandle | None, *, fresh: bool) -> None:
         if handle is None:

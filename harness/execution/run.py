@@ -66,6 +66,8 @@ class RunOptions:
     fail_fast: bool = False
     # Which part of a sharded plan this run is (harness run --shard i/N), recorded as is.
     shard: ShardInfo | None = None
+    # Compare every attempt with its layered reference (harness run --explain).
+    explain: bool = False
 
 
 def new_run_id() -> str:
@@ -136,6 +138,7 @@ class Runner:
             references_root=options.references_root,
             preimport=options.preimport,
             say=self._say,
+            explain=options.explain,
         )
         budget = options.budget_s if options.budget_s is not None else options.profile.time_budget_s
         self.budget = Budget(budget)

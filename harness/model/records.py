@@ -15,6 +15,7 @@ from typing import Any
 from harness.model.exits import exit_status
 from harness.model.hang import HangDiagnosis
 from harness.model.infra import InfraFinding, infra_only, infrastructure_findings
+from harness.model.layers import ReferenceLayers
 from harness.model.ranks import RanksRecord
 from harness.model.shard import INCOMPLETE_CAUSES, MergedShard, MissingCase, ShardInfo
 from harness.model.vocab import (
@@ -172,6 +173,8 @@ _OMIT_EMPTY = frozenset(
         "retried_because",
         "hang",
         "ranks",
+        "intermediates",
+        "reference_layers",
     }
 )
 
@@ -225,6 +228,12 @@ class Attempt:
     hang: HangDiagnosis | None = None
     # A multi-rank attempt's per-rank record (harness.model.ranks); absent when None.
     ranks: RanksRecord | None = None
+    # The layer samples the attempt recorded for a layered reference (``path`` of the
+    # safetensors file in the run, its ``sha256``, ``rule``, ``count``) and, when its quality
+    # checks failed or the run asked ``--explain``, where it first left the layered reference
+    # (harness.model.layers). Both absent when empty.
+    intermediates: Mapping[str, Any] = field(default_factory=dict)
+    reference_layers: ReferenceLayers | None = None
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {}
@@ -234,7 +243,7 @@ class Attempt:
                 continue
             if f.name == "checks":
                 v = [c.to_json() for c in v]
-            elif f.name in ("error", "hang", "ranks"):
+            elif f.name in ("error", "hang", "ranks", "reference_layers"):
                 v = v.to_json() if v is not None else None
             elif f.name == "metrics":
                 v = {k: json_number(x) for k, x in v.items()}
@@ -250,6 +259,8 @@ class Attempt:
         kw["error"] = ErrorInfo.from_json(d["error"]) if d.get("error") else None
         kw["hang"] = HangDiagnosis.from_json(d["hang"]) if d.get("hang") else None
         kw["ranks"] = RanksRecord.from_json(d["ranks"]) if d.get("ranks") else None
+        layers = d.get("reference_layers")
+        kw["reference_layers"] = ReferenceLayers.from_json(layers) if layers else None
         kw["metrics"] = {k: number_from_json(v) for k, v in d.get("metrics", {}).items()}
         return cls(**kw)
 

@@ -14,6 +14,8 @@ Settings (the file's comment says what each means)::
     latency.abs_floor_s     absolute slack in seconds (the larger of the two applies)
     quality.<metric>        a threshold for that metric's checks on this platform
     references.fallback     platform classes a lookup walks after runner class and platform
+    layers.rel_l2           relative L2 a fingerprinted layer may move from its layered
+                            reference; layers.rel_l2_for: {layer-name glob: tolerance}
     timeouts.attempt_scale  multiplies a case's timeout_s
     timeouts.worker_start_s worker start-up limit
     retry.patterns          infrastructure error patterns (added to the profile's [retry])
@@ -121,6 +123,25 @@ def _references(path: str, key: str, table: Mapping[str, Any]) -> dict[str, Any]
     return out
 
 
+def _layers(path: str, key: str, table: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in table.items():
+        if k == "rel_l2":
+            out[k] = _number(path, f"{key}.{k}", v, 0.0, MAX_REL, open_lo=False)
+        elif k == "rel_l2_for":
+            if not isinstance(v, dict):
+                raise _bad(
+                    path, f"{key}.{k}", v, 'a table of layer-name globs, e.g. {"video.*" = 0.02}'
+                )
+            out[k] = {
+                str(glob): _number(path, f"{key}.{k}.{glob}", t, 0.0, MAX_REL, open_lo=False)
+                for glob, t in v.items()
+            }
+        else:
+            raise ProfileError(f"{path}: unknown key '{key}.{k}' (known: rel_l2, rel_l2_for)")
+    return out
+
+
 def _timeouts(path: str, key: str, table: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in table.items():
@@ -161,6 +182,7 @@ _SECTIONS = {
     "latency": _latency,
     "quality": _quality,
     "references": _references,
+    "layers": _layers,
     "timeouts": _timeouts,
     "retry": _retry,
 }
@@ -217,6 +239,7 @@ _REQUIRED = (
     "latency.rel_tolerance",
     "latency.abs_floor_s",
     "references.fallback",
+    "layers.rel_l2",
     "timeouts.attempt_scale",
     "timeouts.worker_start_s",
     "retry.patterns",
@@ -288,6 +311,16 @@ class Policy:
         ``once_if_logs_growing (harness default)``."""
         d = self.decisions["retry.readiness_timeout"]
         return f"{d.value} ({d.rule})"
+
+    def layer_tolerances(self) -> dict[str, Any]:
+        """What a layered reference's fingerprints are judged by on this platform:
+        ``{"rel_l2": default, "rel_l2_for": {glob: tolerance}}`` (the first glob that matches
+        a layer's name wins; :func:`harness.references.layered.tolerance_for`)."""
+        found = self.decisions.get("layers.rel_l2_for")
+        return {
+            "rel_l2": float(self.value("layers.rel_l2")),
+            "rel_l2_for": dict(found.value) if found is not None else {},
+        }
 
     def reference_chain(self, runner_class: str | None) -> tuple[str, ...]:
         """Where references are looked up: the runner class (when it is of this platform),

@@ -45,6 +45,7 @@ from harness.probe.content import (
     sources_nonfinite,
 )
 from harness.probe.perflog import RequestScope, perf_folder
+from harness.probe.samples import layer_sample
 from harness.probe.stages import StageBook, StageDevice, StageTimer
 
 __all__ = [
@@ -79,6 +80,9 @@ class _Recorder:
     # the attempt ends (or until read): read through ``fingerprints`` and ``inputs``.
     recorded_fingerprints: dict[str, Any] = field(default_factory=dict)
     recorded_inputs: dict[str, Any] = field(default_factory=dict)
+    # Fingerprint name -> its layer sample (harness.probe.samples): taken at the call for a
+    # tensor too large to hold, from the held copy when the attempt ends for the others.
+    layer_samples: dict[str, Any] = field(default_factory=dict)
     outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)
     # Output arrays kept in memory so checks in the same worker need not re-read the files.
@@ -95,6 +99,10 @@ class _Recorder:
 
     def settle(self) -> None:
         """Describe the held fingerprints and hash the held inputs (the attempt has ended)."""
+        if self.record_outputs:
+            for name, value in list(self.recorded_fingerprints.items()):
+                if isinstance(value, Held):
+                    self.layer_samples[name] = _sample(value.copy)
         _settled(self.recorded_fingerprints, Held.describe)
         _settled(self.recorded_inputs, Held.content_hash)
 
@@ -102,6 +110,14 @@ class _Recorder:
     def fingerprints(self) -> dict[str, dict[str, Any]]:
         """Fingerprint name -> description, in call order; held copies described first."""
         return _settled(self.recorded_fingerprints, Held.describe)
+
+    @property
+    def layers(self) -> dict[str, Any]:
+        """Fingerprint name -> layer sample (float32 numpy), in call order; fingerprints of
+        what is not a real-valued tensor or array have none."""
+        self.settle()
+        samples = self.layer_samples
+        return {n: samples[n] for n in self.recorded_fingerprints if samples.get(n) is not None}
 
     @property
     def inputs(self) -> dict[str, str]:
@@ -148,6 +164,15 @@ def _settled(recorded: dict[str, Any], finish: Callable[[Held], Any]) -> dict[st
             value = recorded[name] = finish(value)
         out[name] = value
     return out
+
+
+def _sample(x: Any) -> Any:
+    """:func:`~harness.probe.samples.layer_sample`, or None where it cannot take one (a
+    tensor kind it does not know): a layered reference then compares that layer by hash."""
+    try:
+        return layer_sample(x)
+    except Exception:
+        return None
 
 
 _current: _Recorder | None = None
@@ -305,6 +330,12 @@ def fingerprint(name: str, tensor_or_array: Any) -> None:
         return
     held = hold(tensor_or_array)
     _current.recorded_fingerprints[name] = describe(tensor_or_array) if held is None else held
+    if held is None and _current.record_outputs:
+        # Too large to hold: the layer sample is taken now (a few hundred values), as the
+        # description was; a held copy is sampled when the attempt ends.
+        _current.layer_samples[name] = _sample(tensor_or_array)
+    else:
+        _current.layer_samples.pop(name, None)
 
 
 def record_input(name: str, data_or_path: Any) -> None:

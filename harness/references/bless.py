@@ -25,6 +25,11 @@ It refuses, writing nothing for that case,
 
 The rules and their bounds live in :mod:`harness.references.rules`.
 
+From the same attempt it pins the case's layered reference (:mod:`harness.references.
+bless_layers`): its input hashes and fingerprinted intermediates, which
+:mod:`harness.references.layered` compares a later run with; an attempt recorded without
+intermediates pins its outputs alone (and drops a layered reference it would contradict).
+
 Every entry records why, by whom and when (UTC), the run it came from, the environment that
 produced it and the harness version. Files and the manifest are written atomically (temp file +
 ``os.replace``) into a fresh content-addressed folder named with :func:`harness.fsio.slug`
@@ -46,13 +51,14 @@ import getpass
 import os
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError, InputError, ReferenceStoreError
 from harness.metrics import names as metric_names
 from harness.model import Attempt, CaseResult, fmt_number
+from harness.references.bless_layers import PreparedLayers, prepare_layers, write_layers
 from harness.references.layout import ensure_inside, entry_folder
 from harness.references.rules import (
     drift_from,
@@ -65,6 +71,7 @@ from harness.references.rules import (
 from harness.references.source import load_output, pick_attempt, read_report, select_cases
 from harness.references.store import (
     BlessInfo,
+    LayersEntry,
     Manifest,
     ReferenceEntry,
     ReferenceStore,
@@ -112,6 +119,8 @@ class BlessSummary:
     blessed: tuple[BlessedOutput, ...] = ()
     skipped: tuple[str, ...] = ()
     refused: tuple[str, ...] = ()
+    # One line per layered reference pinned (or left without one, and why).
+    layered: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -128,6 +137,7 @@ class BlessSummary:
                 f"{b.files} file{'s' if b.files != 1 else ''}, {what})"
                 + (f" drift: {drift}" if drift else "")
             )
+        lines += list(self.layered)
         lines += [f"skipped {s}" for s in self.skipped]
         lines += [f"REFUSED {r}" for r in self.refused]
         lines.append(f"store: {self.store_root}")
@@ -185,33 +195,49 @@ def bless(
     blessed: list[BlessedOutput] = []
     skipped: list[str] = []
     refused: list[str] = []
-    to_write: list[tuple[CaseResult, list[Prepared]]] = []
+    layered: list[str] = []
+    to_write: list[tuple[CaseResult, list[Prepared], PreparedLayers | None, str]] = []
     for result in results:
         try:
             prepared, skips = _prepare_case(run, result, store, platform_class, force)
+            layers, why_not = prepare_layers(run, pick_attempt(result).attempt)
         except HarnessError as exc:
             refused.append(f"{result.name}: {exc}")
             continue
         skipped += skips
-        to_write.append((result, prepared))
+        to_write.append((result, prepared, layers, why_not))
 
     if to_write:
         root.mkdir(parents=True, exist_ok=True)
         # Re-read right before writing: the manifest on disk is the one we replace.
         manifest = read_manifest(root)
         entries = dict(manifest.entries)
-        replaced: list[ReferenceEntry] = []
-        for result, prepared in to_write:
-            for p in prepared:
-                info = BlessInfo(
-                    reason=reason.strip(),
-                    who=who,
-                    when=when,
-                    run_id=report.run_id,
-                    source=str(run),
-                    forced=force,
-                    drift=p.drift,
+        layer_entries = dict(manifest.layers)
+        replaced: list[ReferenceEntry | LayersEntry] = []
+        for result, prepared, layers, why_not in to_write:
+            info = BlessInfo(
+                reason=reason.strip(),
+                who=who,
+                when=when,
+                run_id=report.run_id,
+                source=str(run),
+                forced=force,
+            )
+            lkey = (result.reference or result.id, platform_class)
+            old_layers = layer_entries.pop(lkey, None)
+            if old_layers is not None:
+                replaced.append(old_layers)
+            if layers is not None:
+                layer_entries[lkey] = write_layers(root, result, layers, platform_class, info)
+                layered.append(f"layers {lkey[0]}/{platform_class}: {layers.describe()}")
+            else:
+                dropped = "; the old layered reference is removed" if old_layers else ""
+                layered.append(
+                    f"layers {lkey[0]}/{platform_class}: none ({why_not}); explanations will "
+                    f"say no layered reference{dropped}"
                 )
+            for p in prepared:
+                info = replace(info, drift=p.drift)
                 entry = write_entry(root, result, p, platform_class, info, report)
                 key = (entry.reference_id, entry.platform_class, entry.output)
                 old = entries.get(key)
@@ -229,10 +255,12 @@ def bless(
                         p.drift,
                     )
                 )
-        write_manifest(root, Manifest(entries=entries))
-        remove_replaced(root, replaced, entries.values())
+        write_manifest(root, Manifest(entries=entries, layers=layer_entries))
+        remove_replaced(root, replaced, [*entries.values(), *layer_entries.values()])
 
-    summary = BlessSummary(str(root), tuple(blessed), tuple(skipped), tuple(refused))
+    summary = BlessSummary(
+        str(root), tuple(blessed), tuple(skipped), tuple(refused), tuple(layered)
+    )
     if refused:
         raise BlessRefusedError(
             "bless refused "

@@ -3,6 +3,7 @@
 An entry's files live in one folder per content, under a folder named for the entry::
 
     <slug(reference id)>/<slug(platform class)>/<slug(output)>/<content id>/<file>
+    <slug(reference id)>/<slug(platform class)>/~layers/<content id>/layers.safetensors
 
 Every component is :func:`harness.fsio.slug`-ged, which is injective and never resolves
 outside its parent, so ``".."`` cannot climb out of the store and ``"x y"`` and ``"x_y"`` never
@@ -18,7 +19,19 @@ from pathlib import Path, PurePosixPath
 from harness.errors import ReferenceStoreError
 from harness.fsio import slug
 
-__all__ = ["ensure_inside", "entry_folder", "is_inside", "misplaced"]
+__all__ = [
+    "LAYERS_FOLDER",
+    "ensure_inside",
+    "entry_folder",
+    "is_inside",
+    "layers_folder",
+    "misplaced",
+]
+
+# The folder of a layered reference beside its outputs' folders: no slug of an output name
+# starts with "~" (a slug keeps only [A-Za-z0-9._-] before its "~<hash>"), so it is never an
+# output's folder.
+LAYERS_FOLDER = "~layers"
 
 
 def entry_folder(reference_id: str, platform_class: str, output: str) -> PurePosixPath:
@@ -30,6 +43,15 @@ def entry_folder(reference_id: str, platform_class: str, output: str) -> PurePos
     '_~5ec1f7e7/any/video'
     """
     return PurePosixPath(slug(reference_id), slug(platform_class), slug(output))
+
+
+def layers_folder(reference_id: str, platform_class: str) -> PurePosixPath:
+    """The folder, relative to the store root, of a layered reference's files.
+
+    >>> layers_folder("t2va-int8", "any").as_posix()
+    't2va-int8/any/~layers'
+    """
+    return PurePosixPath(slug(reference_id), slug(platform_class), LAYERS_FOLDER)
 
 
 def is_inside(root: Path, path: Path) -> bool:
@@ -47,9 +69,14 @@ def ensure_inside(root: Path, path: Path) -> Path:
     return path
 
 
-def misplaced(reference_id: str, platform_class: str, output: str, rel: str) -> str | None:
-    """Why the manifest path ``rel`` of this entry is not where its files belong, or None."""
-    folder = entry_folder(reference_id, platform_class, output)
+def misplaced(reference_id: str, platform_class: str, output: str | None, rel: str) -> str | None:
+    """Why the manifest path ``rel`` of this entry (``output`` None: of the layered reference)
+    is not where its files belong, or None."""
+    folder = (
+        entry_folder(reference_id, platform_class, output)
+        if output is not None
+        else layers_folder(reference_id, platform_class)
+    )
     p = PurePosixPath(rel)
     if p.is_absolute() or ".." in p.parts or "\\" in rel:
         return f"path {rel!r} is not a plain path inside the store"

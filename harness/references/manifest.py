@@ -15,7 +15,9 @@ from typing import Any
 
 from harness.errors import ReferenceStoreError
 
-FORMAT_VERSION = 1
+# 2: adds "layers" (layered references); a version-1 manifest reads as one without layers.
+FORMAT_VERSION = 2
+READS_VERSIONS = (1, 2)
 MANIFEST_NAME = "manifest.json"
 ANY = "any"
 
@@ -187,28 +189,122 @@ class ReferenceEntry:
 
 
 @dataclass(frozen=True)
+class LayerPin:
+    """One layer of a layered reference: an input (its hash) or a fingerprinted intermediate
+    (its fingerprint, and whether its values are kept ``whole``, as a ``sample``, or ``none``:
+    compared by hash and statistics alone)."""
+
+    name: str
+    kind: str  # "input" | "fingerprint"
+    hash: str
+    fingerprint: Mapping[str, Any] = field(default_factory=dict)
+    stored: str = "none"
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"name": self.name, "kind": self.kind, "hash": self.hash}
+        if self.kind == "fingerprint":
+            d["fingerprint"] = dict(self.fingerprint)
+            d["stored"] = self.stored
+        return d
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> LayerPin:
+        return cls(
+            name=str(d["name"]),
+            kind=str(d["kind"]),
+            hash=str(d.get("hash", "")),
+            fingerprint=dict(d.get("fingerprint", {})),
+            stored=str(d.get("stored", "none")),
+        )
+
+
+@dataclass(frozen=True)
+class LayersEntry:
+    """The layered reference of one reference id on one platform class, pinned by the same
+    bless as its outputs from the same attempt: the attempt's inputs and fingerprints in
+    recording order, and one safetensors file (``file``; None when no layer kept values) of
+    the layer samples taken by ``rule`` (:mod:`harness.probe.samples`)."""
+
+    reference_id: str
+    platform_class: str
+    case_id: str
+    layers: tuple[LayerPin, ...]
+    file: ReferenceFile | None
+    rule: str
+    blessed: BlessInfo
+    attempt: int = 0
+    platform: str | None = None
+    harness_version: str = "0+unknown"
+
+    @property
+    def key(self) -> str:
+        return f"{self.reference_id}/{self.platform_class}/layers"
+
+    @property
+    def files(self) -> tuple[ReferenceFile, ...]:
+        return (self.file,) if self.file is not None else ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "reference_id": self.reference_id,
+            "platform_class": self.platform_class,
+            "case_id": self.case_id,
+            "attempt": self.attempt,
+            "platform": self.platform,
+            "rule": self.rule,
+            "file": self.file.to_json() if self.file is not None else None,
+            "layers": [x.to_json() for x in self.layers],
+            "harness_version": self.harness_version,
+            "blessed": self.blessed.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> LayersEntry:
+        f = d.get("file")
+        return cls(
+            reference_id=str(d["reference_id"]),
+            platform_class=str(d["platform_class"]),
+            case_id=str(d.get("case_id", d["reference_id"])),
+            layers=tuple(LayerPin.from_json(x) for x in d.get("layers", [])),
+            file=ReferenceFile.from_json(f) if f else None,
+            rule=str(d.get("rule", "")),
+            blessed=BlessInfo.from_json(d.get("blessed", {})),
+            attempt=int(d.get("attempt", 0)),
+            platform=d.get("platform"),
+            harness_version=str(d.get("harness_version", "0+unknown")),
+        )
+
+
+@dataclass(frozen=True)
 class Manifest:
-    """The parsed ``manifest.json``: entries keyed by (reference id, platform class, output)."""
+    """The parsed ``manifest.json``: entries keyed by (reference id, platform class, output),
+    layered references by (reference id, platform class)."""
 
     entries: Mapping[tuple[str, str, str], ReferenceEntry] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
+    layers: Mapping[tuple[str, str], LayersEntry] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         refs: dict[str, dict[str, dict[str, Any]]] = {}
         for (ref, plat, out), entry in sorted(self.entries.items()):
             refs.setdefault(ref, {}).setdefault(plat, {})[out] = entry.to_json()
-        return {"format_version": self.format_version, "references": refs}
+        layers: dict[str, dict[str, Any]] = {}
+        for (ref, plat), lentry in sorted(self.layers.items()):
+            layers.setdefault(ref, {})[plat] = lentry.to_json()
+        # Written as the current version: a bless into a version-1 store upgrades it.
+        return {"format_version": FORMAT_VERSION, "references": refs, "layers": layers}
 
     @classmethod
     def from_json(cls, d: Any, path: Path) -> Manifest:
         if not isinstance(d, Mapping) or "format_version" not in d:
             raise ReferenceStoreError(f"{path}: not a reference manifest (no 'format_version')")
         version = d["format_version"]
-        if version != FORMAT_VERSION:
+        if version not in READS_VERSIONS:
             raise ReferenceStoreError(
                 f"{path}: manifest format_version {version!r} is not supported by this harness "
-                f"(it reads format_version {FORMAT_VERSION}); use the harness version that wrote "
-                "it, or re-bless the references with `harness refs bless`"
+                f"(it reads format_version {', '.join(map(str, READS_VERSIONS))}); use the "
+                "harness version that wrote it, or re-bless the references with "
+                "`harness refs bless`"
             )
         entries: dict[tuple[str, str, str], ReferenceEntry] = {}
         try:
@@ -216,9 +312,14 @@ class Manifest:
                 for plat, by_output in by_platform.items():
                     for out, raw in by_output.items():
                         entries[(ref, plat, out)] = ReferenceEntry.from_json(raw)
+            layers = {
+                (ref, plat): LayersEntry.from_json(raw)
+                for ref, by_platform in d.get("layers", {}).items()
+                for plat, raw in by_platform.items()
+            }
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise ReferenceStoreError(f"{path}: malformed manifest entry: {exc!r}") from exc
-        return cls(entries=entries, format_version=version)
+        return cls(entries=entries, format_version=version, layers=layers)
 
     def dumps(self) -> str:
         """Stable, diff-friendly JSON text."""

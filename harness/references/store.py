@@ -42,6 +42,7 @@ from harness.references.manifest import (
     FORMAT_VERSION,
     MANIFEST_NAME,
     BlessInfo,
+    LayersEntry,
     Manifest,
     ReferenceEntry,
     ReferenceFile,
@@ -56,6 +57,7 @@ __all__ = [
     "FORMAT_VERSION",
     "MANIFEST_NAME",
     "BlessInfo",
+    "LayersEntry",
     "Manifest",
     "ReferenceEntry",
     "ReferenceFile",
@@ -95,6 +97,21 @@ class ReferenceStore:
     def get(self, reference_id: str, output: str, platform_class: str) -> ReferenceEntry | None:
         """The entry pinned for exactly this platform class, or None (no fallback)."""
         return self.manifest.entries.get((reference_id, platform_class, output))
+
+    def layers_on(self, reference_id: str, platform_chain: Sequence[str]) -> LayersEntry | None:
+        """The layered reference of the first platform class on ``platform_chain`` that pins
+        one, or None (no error: a reference blessed before layered references has none)."""
+        for plat in platform_chain:
+            entry = self.manifest.layers.get((reference_id, plat))
+            if entry is not None:
+                return entry
+        return None
+
+    def load_layers(self, entry: LayersEntry) -> dict[str, np.ndarray]:
+        """The layer samples of a layered reference (name -> float32 array), verified."""
+        if entry.file is None:
+            return {}
+        return dict(self._read(entry.file, "layers", _read_layers))
 
     def lookup(
         self, reference_id: str, output: str, platform_chain: Sequence[str]
@@ -297,6 +314,18 @@ class ReferenceStore:
                     self.verified_path(f)
                 except ReferenceStoreError as exc:
                     problems.append(f"{entry.key}: {exc}")
+        for (ref, plat), lentry in manifest.layers.items():
+            for f in lentry.files:
+                if f.path in listed:
+                    problems.append(f"{f.path}: listed by both {listed[f.path]} and {lentry.key}")
+                listed[f.path] = lentry.key
+                where = misplaced(ref, plat, None, f.path)
+                if where is not None:
+                    problems.append(f"{lentry.key}: {where}")
+                try:
+                    self.verified_path(f)
+                except ReferenceStoreError as exc:
+                    problems.append(f"{lentry.key}: {exc}")
         for path in _files_under(self.root):
             rel = path.relative_to(self.root).as_posix()
             if rel not in listed:
@@ -377,6 +406,15 @@ def _read_tensor(path: Path) -> np.ndarray:
     try:
         return np.asarray(read_array(path))
     except ValueError as exc:
+        raise ReferenceStoreError(f"reference file {path}: {exc}") from exc
+
+
+def _read_layers(path: Path) -> dict[str, np.ndarray]:
+    from safetensors.numpy import load_file
+
+    try:
+        return {k: np.asarray(v) for k, v in load_file(str(path)).items()}
+    except Exception as exc:  # safetensors raises its own error types
         raise ReferenceStoreError(f"reference file {path}: {exc}") from exc
 
 

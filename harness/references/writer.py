@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from harness.references.layout import ensure_inside, entry_folder, is_inside
 from harness.references.manifest import (
     MANIFEST_NAME,
     BlessInfo,
+    LayersEntry,
     Manifest,
     ReferenceEntry,
     ReferenceFile,
@@ -120,7 +121,9 @@ def write_manifest(root: Path, manifest: Manifest) -> None:
 
 
 def remove_replaced(
-    root: Path, replaced: list[ReferenceEntry], entries: Iterable[ReferenceEntry]
+    root: Path,
+    replaced: Sequence[ReferenceEntry | LayersEntry],
+    entries: Iterable[ReferenceEntry | LayersEntry],
 ) -> None:
     """Delete the files of replaced entries that no entry of the new manifest lists.
 

@@ -154,6 +154,31 @@ def _ranks(c: CaseResult, s: Strings) -> list[Any] | None:
     return [s(title), heads, rows]
 
 
+def _layers(c: CaseResult, s: Strings) -> list[Any] | None:
+    """title (the one-line summary) and per layer: name, kind, status (the first departure
+    marked), metric, value, tolerance, detail (:func:`harness.model.layers.case_layers`)."""
+    from harness.model.layers import case_layers, short
+
+    layers = case_layers(c.attempts)
+    if layers is None:
+        return None
+    rows = [
+        s.row(
+            [
+                x.name,
+                x.kind,
+                x.status + (" (first departure)" if x.name == layers.first_departure else ""),
+                x.metric.replace("_", " "),
+                short_hash(x.value) if x.metric == "hash" else short(x.value),
+                short(x.tolerance),
+                x.detail,
+            ]
+        )
+        for x in layers.layers
+    ]
+    return [s(f"reference layers ({layers.reference}): {layers.summary}"), rows]
+
+
 def case_detail(c: CaseResult, logs: Logs, s: Strings) -> dict[str, Any]:
     """What the page draws when case ``c`` is opened; empty tables are left out."""
     d: dict[str, Any] = {
@@ -201,6 +226,9 @@ def case_detail(c: CaseResult, logs: Logs, s: Strings) -> dict[str, Any]:
     ranks = _ranks(c, s)
     if ranks is not None:
         d["ranks"] = ranks
+    layers = _layers(c, s)
+    if layers is not None:
+        d["layers"] = layers
     stage_names = list(dict.fromkeys(st for a in c.attempts for st in a.stages))
     if stage_names:
         d["stages"] = [

@@ -27,6 +27,7 @@ from harness.cases.lines import case_lines
 from harness.errors import ReportFormatError
 from harness.model import CaseResult, Comparison, RunReport, fmt_number
 from harness.model.comparison import BLOCKING
+from harness.model.layers import case_layers
 from harness.report.comparison_md import comparison_markdown, explain_case_comparison
 from harness.report.io import read_report
 from harness.report.markdown import (
@@ -141,6 +142,9 @@ def _case_message(kind: str, case: CaseResult) -> str:
     if problem.startswith("CheckFailed:") and checks:
         problem = ""  # the check table below says it better
     lines = [head] + ([problem] if problem else [])
+    layers = case_layers(case.attempts)
+    if layers is not None:  # where the run first left its layered reference, before the table
+        lines.append(f"reference layers: {layers.summary}")
     if checks:
         lines += ["", checks]
     return _clip_lines("\n".join(lines))

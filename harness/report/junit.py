@@ -36,6 +36,7 @@ from harness.model import (
     fmt_number,
     stage_medians,
 )
+from harness.model.layers import case_layers
 from harness.report.text import contention_figures, explain_checks
 
 __all__ = ["write_junit", "xml_safe"]
@@ -122,6 +123,10 @@ def _testcase(case: CaseResult, secs: float) -> ET.Element:
         "warnings": len(case.warnings),
         "contention": len(case.contention),
     }
+    layers = case_layers(case.attempts)
+    if layers is not None:
+        props["reference_layers"] = layers.status
+        props["reference_layers.first_departure"] = layers.first_departure or ""
     if case.identity and case.identity.get("arch"):
         props["arch"] = case.identity["arch"]
     on_fail = case.policy.get("latency.on_fail")
@@ -141,6 +146,10 @@ def _testcase(case: CaseResult, secs: float) -> ET.Element:
     elif case.status in _FAILURE_STATUSES or case.status in _ERROR_STATUSES:
         tag = "failure" if case.status in _FAILURE_STATUSES else "error"
         message, type_, body = _case_problem(case, failing[-1] if failing else None)
+        layers = case_layers(case.attempts)
+        if layers is not None:  # where the run first left its layered reference
+            message = f"{message}; reference layers: {layers.summary}"
+            body = f"{body}\n\nreference layers: {layers.summary}"
         el = _sub(tc, tag, message=message, type=type_)
         el.text = xml_safe(body)
         # The last failing attempt is the verdict; the earlier ones are its reruns.

@@ -368,6 +368,17 @@ def _ranks_sections(doc: Budget, report: RunReport) -> None:
             _whole_section(doc, lines)
 
 
+def _layers_sections(doc: Budget, report: RunReport) -> None:
+    """Where each case compared with its layered reference first left it (a table of its
+    layers for a case that did not pass)."""
+    from harness.report.layers_md import layers_lines  # it imports this module
+
+    for case in report.cases:
+        lines = list(layers_lines(case, table=case.status != "passed"))
+        if lines:
+            _whole_section(doc, lines)
+
+
 def summary_markdown(report: RunReport, *, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
     """``summary.md`` of a run, at most ``max_bytes`` of UTF-8."""
     doc = Budget(max_bytes)
@@ -404,6 +415,7 @@ def summary_markdown(report: RunReport, *, max_bytes: int = DEFAULT_MAX_BYTES) -
         )
     _hang_sections(doc, report)
     _ranks_sections(doc, report)
+    _layers_sections(doc, report)
     needing = {id(c) for _, c in attention}
     rest = [c for c in report.cases if id(c) not in needing]
     if rest:

@@ -29,6 +29,7 @@ from harness.platforms.policy import threshold_chain
 from harness.probe.clocks import perf_counter, process_time
 from harness.probe.sched import CLOCKS
 from harness.worker.case_errors import CaseProcessError
+from harness.worker.layers import explain_attempt, quality_failed, write_intermediates
 from harness.worker.protocol import AttemptJob
 from harness.worker.target import resolve_target, seed_everything, stage_device
 
@@ -287,6 +288,20 @@ def run_attempt(job: AttemptJob) -> Attempt:
         from harness.worker.ranks_case import consistency_check
 
         checks = [*checks, consistency_check(consistency)]
+    samples = rec.layers if not job.warmup else {}
+    recorded = not job.warmup and bool(rec.inputs or rec.fingerprints)
+    intermediates = write_intermediates(samples, output_dir, recorded=recorded)
+    layers = None
+    if not job.warmup and (job.explain or quality_failed(checks)):
+        layers = explain_attempt(
+            reference_id=case.reference or case.id,
+            references_root=job.references_root,
+            chain=job.platform_chain,
+            inputs=rec.inputs,
+            fingerprints=rec.fingerprints,
+            samples=samples,
+            tolerances=job.layer_tolerances or {"rel_l2": 1e-3},
+        )
     if status == "passed" and any(c.blocking for c in checks):
         status = "failed"
         failed = [
@@ -333,4 +348,6 @@ def run_attempt(job: AttemptJob) -> Attempt:
         wait_s=wait_s,
         hang=hang,
         ranks=ranks,
+        intermediates=intermediates,
+        reference_layers=layers,
     )

@@ -67,9 +67,17 @@ class AttemptJob:
     # A server case with a named (shared) server: no later case of the run needs it, so the
     # worker stops it after this attempt (otherwise it keeps it, until the worker exits).
     server_last: bool = False
+    # Compare every attempt with its layered reference (``harness run --explain``), not only
+    # one whose quality checks failed; the tolerances are the platform policy's ``[layers]``.
+    explain: bool = False
+    layer_tolerances: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "explain": self.explain,
+            "layer_tolerances": (
+                dict(self.layer_tolerances) if self.layer_tolerances is not None else None
+            ),
             "case": _case_json(self.case),
             "platform": self.platform,
             "platform_chain": list(self.platform_chain),
@@ -103,6 +111,8 @@ class AttemptJob:
             references_root=d.get("references_root"),
             identity=d.get("identity"),
             server_last=bool(d.get("server_last", False)),
+            explain=bool(d.get("explain", False)),
+            layer_tolerances=d.get("layer_tolerances"),
         )
 
 

@@ -52,7 +52,7 @@ def test_bless_round_trip_and_manifest_fields(make_run: MakeRun, store_root: Pat
         store.lookup("t2va", "mp4", ["any"])  # file outputs are not stored
 
     doc = json.loads((store_root / MANIFEST_NAME).read_text())
-    assert doc["format_version"] == 1
+    assert doc["format_version"] == 2  # 2: with layered references
     raw = doc["references"]["t2va"]["any"]["video"]
     assert [f["frame"] for f in raw["files"]] == [0, 1, 2, 3]
     for f in raw["files"]:

@@ -166,6 +166,14 @@
       ranksFold.open = true;
       out.push(ranksFold);
     }
+    if (d.layers) {
+      var layersFold = folded(str(d.layers[0]), makeTable("layers", ["layer", "kind", "status", "metric", "value", "tolerance", "detail"], d.layers[1], function (td, v, j) {
+        if (j === 2) { td.className = "s-" + str(v).split(" ")[0]; }
+        return false;
+      }));
+      layersFold.open = true;
+      out.push(layersFold);
+    }
     if (d.stages) {
       var heads = ["stage"].concat(d.attempts.map(function (a) { return "#" + str(a[0]); }));
       out.push(folded("stage latencies (" + d.stages.length + " stages)", makeTable("stages", heads, d.stages)));
