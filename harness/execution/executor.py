@@ -175,9 +175,29 @@ class Executor:
         round: int = 0,
     ) -> Attempt:
         """One attempt, recorded whatever happens to the worker."""
+        return self.run_job(
+            side, item, index=index, repeat=repeat, retry=retry, warmup=warmup, round=round
+        )[0]
+
+    def run_job(
+        self,
+        side: Side,
+        item: PlanItem,
+        *,
+        index: int,
+        repeat: int,
+        retry: int,
+        warmup: bool,
+        round: int = 0,
+        coverage: tuple[str, ...] | None = None,
+    ) -> tuple[Attempt, Mapping[str, Any] | None]:
+        """One attempt and, for a coverage attempt (``coverage``: the folders and packages to
+        measure), what the worker measured (None when the worker did not answer)."""
         resolved = self.resolver.resolve(side, item.platform, fresh=item.case.fresh_process)
         case = self.resolver.prepared(resolved, item.case).case
         sub = f"{side}-r{round}-a{index}" if side != "head" or round else f"a{index}"
+        if coverage is not None:
+            sub = f"{side}-coverage"
         out_dir = self.run_dir / "outputs" / self._slug(item.name) / sub
         job = p.AttemptJob(
             identity=resolved.identity,
@@ -193,6 +213,7 @@ class Executor:
             round=round,
             output_dir=str(out_dir),
             references_root=self.references_root,
+            coverage=coverage,
         )
         base = Attempt(
             case_id=case.id,
@@ -217,7 +238,7 @@ class Executor:
                     f"case '{case.id}' ({case.source}): code_root '{case.code_root}' is not a "
                     f"folder ({root} does not exist in this side's checkout)",
                 ),
-            )
+            ), None
         spec = case_worker(resolved.worker, self.sides[side], case)
         wide = self.devices.for_ranks(spec.devices, case.rank_count)
         if wide != spec.devices:  # one device per rank: a worker of its own owns them
@@ -248,7 +269,7 @@ class Executor:
                     "Timeout",
                     exc.stacks,
                 ),
-            )
+            ), None
         except WorkerCrashed as exc:
             self._drop(spec, handle, fresh=case.fresh_process)
             log = f"; log: {handle.log_path}" if handle else ""
@@ -263,7 +284,7 @@ class Executor:
                 error=ErrorInfo(
                     "WorkerCrashed", exc.how + log, f"WorkerCrashed:{exc.how}", exc.stacks
                 ),
-            )
+            ), None
         except (WorkerError, ProtocolViolation) as exc:
             self._drop(spec, handle, fresh=case.fresh_process)
             self._infra_error(side, f"{item.name} attempt {index}: {exc}")
@@ -271,7 +292,7 @@ class Executor:
                 base,
                 duration_s=time.perf_counter() - t0,
                 error=ErrorInfo.make("HarnessInternalError", f"{type(exc).__name__}: {exc}"),
-            )
+            ), None
         duration = time.perf_counter() - t0
         if isinstance(reply, p.AttemptReply):
             self._probe_side(side, handle)
@@ -282,7 +303,7 @@ class Executor:
                 self.pool.discard(spec)
                 what = reply.attempt.get("notes", {}).get("harness.isolation", "")
                 self.say(f"{item.name}: worker {handle.pid} replaced before the next case: {what}")
-            return self._localize(Attempt.from_json(reply.attempt))
+            return self._localize(Attempt.from_json(reply.attempt)), reply.coverage
         # The worker caught a bug of the harness itself: an infrastructure error of this run,
         # recorded against this attempt, never a failure (or a pass) of the code under test.
         msg = getattr(reply, "message", repr(reply))
@@ -294,7 +315,7 @@ class Executor:
             error=ErrorInfo(
                 "HarnessInternalError", msg, "HarnessInternalError", getattr(reply, "traceback", "")
             ),
-        )
+        ), None
 
     def _slug(self, name: str) -> str:
         found = self._slugs.get(name)

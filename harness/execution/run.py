@@ -12,13 +12,15 @@ from __future__ import annotations
 import datetime as dt
 import traceback
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from harness.cases import PlanItem
 from harness.errors import CaseFileError, UsageError
 from harness.execution.aggregate import aggregate, skipped
+from harness.execution.coverage import coverage_sources, git_root, to_record
 from harness.execution.executor import Executor
 from harness.execution.journal import JournalWriter
 from harness.execution.pool import WorkerPool
@@ -37,6 +39,7 @@ from harness.model import (
     ShardInfo,
     Side,
 )
+from harness.model.coverage import CoverageRecord
 from harness.platforms.profile import Profile, RetryPolicy
 
 Progress = Callable[[str], None]
@@ -66,6 +69,10 @@ class RunOptions:
     fail_fast: bool = False
     # Which part of a sharded plan this run is (harness run --shard i/N), recorded as is.
     shard: ShardInfo | None = None
+    # One coverage attempt per case after its timed attempts (harness run --coverage).
+    coverage: bool = False
+    # What the run recorded about its case selection (harness run --changed-since).
+    selection: Mapping[str, Any] | None = None
 
 
 def new_run_id() -> str:
@@ -233,18 +240,19 @@ class Runner:
                 if self.stop_requested or final.status == "skipped":
                     break  # a skipped attempt (a missing requirement) skips the whole case
             prof = self.options.profile
-            return self._keep(
-                aggregate(
-                    item,
-                    attempts,
-                    planned_runs=len(schedule.runs_of(item)),
-                    budget={**item.case.budget, **prof.budgets.get(item.case.id, {})},
-                    interrupted=self.stop_requested,
-                    repeats=self.options.repeats,
-                    side=self.side,
-                    **self.executor.judging(self.side, item),
-                )
+            result = aggregate(
+                item,
+                attempts,
+                planned_runs=len(schedule.runs_of(item)),
+                budget={**item.case.budget, **prof.budgets.get(item.case.id, {})},
+                interrupted=self.stop_requested,
+                repeats=self.options.repeats,
+                side=self.side,
+                **self.executor.judging(self.side, item),
             )
+            if self.options.coverage and result.status != "skipped" and not self.stop_requested:
+                result = replace(result, coverage=self.take_coverage(self.side, item))
+            return self._keep(result)
         except Exception as exc:  # a bug of the harness: recorded against this item, run goes on
             msg = f"{item.name}: harness error {type(exc).__name__}: {exc}"
             self.harness_errors.append(msg)
@@ -274,6 +282,39 @@ class Runner:
                     side=self.side,
                 )
             )
+
+    def take_coverage(self, side: Side, item: PlanItem) -> CoverageRecord:
+        """One coverage attempt of ``item`` on ``side``, outside its timed attempts (no
+        retries, not one of its attempts): the lines of its code roots (and the packages the
+        case and runner profile name) that it executed, relative to the repository."""
+        spec = self.executor.sides[side]
+        roots = spec.code_roots
+        if len(self.executor.sides) == 1:  # a run: its code roots, not the folder it runs in
+            roots = self.options.code_roots or roots
+        case = item.case
+        sources = coverage_sources(
+            roots,
+            spec.case_root(case),
+            (*self.options.profile.coverage_packages, *case.coverage_packages),
+        )
+        repo, rev = git_root(Path(spec.repo or (roots[0] if roots else spec.cwd or ".")))
+        if spec.repo is not None:
+            repo = Path(spec.repo).resolve()
+        rev = spec.rev or rev
+        attempt, raw = self.executor.run_job(
+            side, item, index=0, repeat=0, retry=0, warmup=False, coverage=sources
+        )
+        record = to_record(raw, attempt, case=case, repo=repo, rev=rev, sources=sources)
+        side_label = f"{side} " if len(self.executor.sides) > 1 else ""
+        self._say(
+            f"{side_label}{item.name} coverage: "
+            + (
+                f"{len(record.files)} file(s) executed ({attempt.duration_s:.2f} s)"
+                if record.status == "recorded"
+                else f"not recorded: {record.message}"
+            )
+        )
+        return record
 
     def _keep(self, result: CaseResult) -> CaseResult:
         self.results.append(result)
@@ -367,6 +408,7 @@ class Runner:
             infra_errors=tuple(self.infra_errors),
             shard=self.options.shard,
             missing=tuple(self.missing),
+            selection=self.options.selection,
         )
 
 

@@ -197,6 +197,8 @@ class CaseComparison:
     rounds: int = 0
     unstable: bool = False
     reason: str | None = None
+    # Diff-aware triage (harness.compare.triage): which of head's changed lines it executed.
+    triage: Mapping[str, Any] | None = None
 
     @property
     def name(self) -> str:
@@ -217,6 +219,7 @@ class CaseComparison:
             "quality": [q.to_json() for q in self.quality],
             "failures": self.failures.to_json(),
             "divergence": self.divergence.to_json(),
+            **({"triage": dict(self.triage)} if self.triage is not None else {}),
         }
 
     @classmethod
@@ -235,6 +238,7 @@ class CaseComparison:
             rounds=d.get("rounds", 0),
             unstable=d.get("unstable", False),
             reason=d.get("reason"),
+            triage=d.get("triage"),
         )
 
 
@@ -325,6 +329,7 @@ class Comparison:
     infra_errors: tuple[str, ...] = ()
     env_diff: EnvDiff | None = None  # Python and package versions that differ between sides
     load_errors: tuple[str, ...] = ()  # "side: path: message" for case files that did not load
+    diff: Mapping[str, Any] | None = None  # git diff base..head (harness.compare.diff.ChangeSet)
     schema_version: int = COMPARISON_SCHEMA_VERSION
 
     def counts(self) -> dict[str, int]:
@@ -371,6 +376,7 @@ class Comparison:
             "env_diff": self.env_diff.to_json() if self.env_diff is not None else None,
             "load_errors": list(self.load_errors),
             "cases": [c.to_json() for c in self.cases],
+            **({"diff": dict(self.diff)} if self.diff is not None else {}),
         }
 
     @classmethod
@@ -394,5 +400,6 @@ class Comparison:
             infra_errors=tuple(d.get("infra_errors", [])),
             env_diff=EnvDiff.from_json(d["env_diff"]) if d.get("env_diff") is not None else None,
             load_errors=tuple(d.get("load_errors", [])),
+            diff=d.get("diff"),
             schema_version=d.get("schema_version", COMPARISON_SCHEMA_VERSION),
         )

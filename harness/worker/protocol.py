@@ -64,6 +64,9 @@ class AttemptJob:
     # The platform identity the attempt runs as (harness.platforms.Identity JSON), handed to
     # the target by probe.platform_info(); None: only the platform name is known.
     identity: Mapping[str, Any] | None = None
+    # A coverage attempt (outside the timed rounds): line coverage of these folders and
+    # packages is recorded and sent back with the reply (None: an ordinary attempt).
+    coverage: tuple[str, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -80,6 +83,7 @@ class AttemptJob:
             "output_dir": self.output_dir,
             "references_root": self.references_root,
             "identity": dict(self.identity) if self.identity is not None else None,
+            "coverage": list(self.coverage) if self.coverage is not None else None,
         }
 
     @classmethod
@@ -98,6 +102,7 @@ class AttemptJob:
             output_dir=d.get("output_dir"),
             references_root=d.get("references_root"),
             identity=d.get("identity"),
+            coverage=tuple(d["coverage"]) if d.get("coverage") is not None else None,
         )
 
 
@@ -153,6 +158,8 @@ class AttemptReply:
     # The attempt left state behind that cannot be undone: start a new worker after it.
     replace_worker: bool = False
     op: str = "result"
+    # A coverage attempt's executed lines: absolute file -> line numbers (or why none).
+    coverage: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,122 @@
+"""Coverage attempts on the manager side: what one measures (:func:`coverage_sources`), and
+the worker's absolute file names turned into a :class:`~harness.model.CoverageRecord` whose
+files are relative to the repository of the code under test (:func:`to_record`).
+
+A coverage attempt is one extra attempt of a case, run after its timed attempts (never among
+them, so latency stays clean), with no retries; it is not one of the case's attempts and
+counts for nothing but the coverage it records.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import harness
+from harness.model import Attempt, Case
+from harness.model.coverage import CoverageRecord, spell_lines
+
+_HARNESS_DIR = str(Path(harness.__file__).resolve().parent)
+
+# Case shapes whose code under test runs in processes the worker's tracer does not see.
+_ELSEWHERE = "lines run in other processes (a command, a server, ranks) are not measured"
+
+
+def git_root(folder: Path) -> tuple[Path | None, str | None]:
+    """The git top level of ``folder`` and its HEAD commit (None, None outside a repository)."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(folder), "rev-parse", "--show-toplevel", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None, None
+    lines = out.stdout.split()
+    if out.returncode != 0 or len(lines) != 2:
+        return None, None
+    return Path(lines[0]).resolve(), lines[1]
+
+
+def coverage_sources(
+    code_roots: Sequence[str], case_root: Path | None, packages: Sequence[str]
+) -> tuple[str, ...]:
+    """The folders (absolute) and packages a coverage attempt measures, without repeats."""
+    out: list[str] = []
+    for s in (*([str(case_root)] if case_root is not None else []), *code_roots, *packages):
+        if s not in out:
+            out.append(s)
+    return tuple(out)
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.relative_to(root)
+    except ValueError:
+        return False
+    return True
+
+
+def to_record(
+    raw: Mapping[str, Any] | None,
+    attempt: Attempt,
+    *,
+    case: Case,
+    repo: Path | None,
+    rev: str | None,
+    sources: Sequence[str],
+) -> CoverageRecord:
+    """The record of one coverage attempt: files relative to ``repo`` (files outside it, and
+    the harness's own, are left out; code roots outside it are named in ``outside``)."""
+    common: dict[str, Any] = {
+        "rev": rev,
+        "sources": tuple(sources),
+        "attempt_status": attempt.status,
+        "duration_s": attempt.duration_s,
+    }
+    if raw is None or raw.get("error") or "files" not in raw:
+        why = (raw or {}).get("error") or (
+            f"the coverage attempt did not finish ({attempt.status}"
+            + (f": {attempt.error.message}" if attempt.error else "")
+            + ")"
+        )
+        return CoverageRecord(status="error", message=str(why)[:500], **common)
+    root = repo.resolve() if repo is not None else None
+    outside = tuple(
+        s
+        for s in sources
+        if os.path.isabs(s) and (root is None or not _inside(Path(s).resolve(), root))
+    )
+    files: dict[str, str] = {}
+    for name, lines in sorted(raw["files"].items()):
+        path = Path(name).resolve()
+        if str(path).startswith(_HARNESS_DIR + os.sep) or root is None:
+            continue
+        if _inside(path, root) and lines:
+            files[path.relative_to(root).as_posix()] = spell_lines(lines)
+    notes = []
+    if root is None:
+        notes.append("the code under test is not in a git repository: no file can be matched")
+    if outside:
+        where = root if root is not None else "no repository"
+        notes.append(
+            f"case '{case.id}': code root(s) {', '.join(outside)} lie outside the repository "
+            f"({where}); their lines cannot be matched with a diff"
+        )
+    if case.command is not None or case.server is not None or case.ranks > 1:
+        notes.append(_ELSEWHERE)
+    return CoverageRecord(
+        status="recorded",
+        files=files,
+        outside=outside,
+        message="; ".join(notes) or None,
+        **common,
+    )
+
+
+__all__ = ["coverage_sources", "git_root", "to_record"]
