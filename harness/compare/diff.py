@@ -143,9 +143,14 @@ def parse_diff(text: str) -> tuple[FileChange, ...]:
         if line.startswith("diff --git "):
             blocks.append(_Block())
             head = line[len("diff --git ") :]
-            m = re.fullmatch(r'"?a/(.*?)"? "?b/(.*?)"?', head)
-            if m:  # a mode-only change or a pure rename has no ---/+++ lines
-                blocks[-1].old, blocks[-1].new = m.group(1), m.group(2)
+            names = re.findall(r'"(?:[^"\\]|\\.)*"|\S+', head)
+            if len(names) == 2:  # a mode-only change or a pure rename has no ---/+++ lines
+                old, new = (_unquote(n) for n in names)
+                blocks[-1].old, blocks[-1].new = old.removeprefix("a/"), new.removeprefix("b/")
+            else:  # unquoted names with spaces: split at " b/"
+                m = re.fullmatch(r"a/(.*) b/(.*)", head)
+                if m:
+                    blocks[-1].old, blocks[-1].new = m.group(1), m.group(2)
             continue
         if not blocks:
             continue

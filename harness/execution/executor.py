@@ -192,7 +192,9 @@ class Executor:
         coverage: tuple[str, ...] | None = None,
     ) -> tuple[Attempt, Mapping[str, Any] | None]:
         """One attempt and, for a coverage attempt (``coverage``: the folders and packages to
-        measure), what the worker measured (None when the worker did not answer)."""
+        measure), what the worker measured (None when the worker did not answer). A coverage
+        attempt runs in a fresh worker, so the lines its modules run at import count too."""
+        fresh = item.case.fresh_process or coverage is not None
         resolved = self.resolver.resolve(side, item.platform, fresh=item.case.fresh_process)
         case = self.resolver.prepared(resolved, item.case).case
         sub = f"{side}-r{round}-a{index}" if side != "head" or round else f"a{index}"
@@ -247,7 +249,7 @@ class Executor:
         oom_before = oom_kill_count()
         handle: WorkerHandle | None = None
         try:
-            handle = self.pool.fresh(spec) if case.fresh_process else self.pool.get(spec)
+            handle = self.pool.fresh(spec) if fresh else self.pool.get(spec)
             t0 = time.perf_counter()
             reply = handle.request(
                 p.AttemptRequest(handle.next_nonce(), job),
@@ -256,7 +258,7 @@ class Executor:
                 index=index,
             )
         except WorkerTimeout as exc:
-            self._drop(spec, handle, fresh=case.fresh_process)
+            self._drop(spec, handle, fresh=fresh)
             return replace(
                 base,
                 status="timeout",
@@ -271,7 +273,7 @@ class Executor:
                 ),
             ), None
         except WorkerCrashed as exc:
-            self._drop(spec, handle, fresh=case.fresh_process)
+            self._drop(spec, handle, fresh=fresh)
             log = f"; log: {handle.log_path}" if handle else ""
             oom_after = oom_kill_count()
             if oom_before is not None and oom_after is not None and oom_after > oom_before:
@@ -286,7 +288,7 @@ class Executor:
                 ),
             ), None
         except (WorkerError, ProtocolViolation) as exc:
-            self._drop(spec, handle, fresh=case.fresh_process)
+            self._drop(spec, handle, fresh=fresh)
             self._infra_error(side, f"{item.name} attempt {index}: {exc}")
             return replace(
                 base,
@@ -296,7 +298,7 @@ class Executor:
         duration = time.perf_counter() - t0
         if isinstance(reply, p.AttemptReply):
             self._probe_side(side, handle)
-            if case.fresh_process:
+            if fresh:
                 handle.close()
             elif reply.replace_worker:
                 # The case changed its worker in a way that cannot be undone (it fails for it).
@@ -308,7 +310,7 @@ class Executor:
         # recorded against this attempt, never a failure (or a pass) of the code under test.
         msg = getattr(reply, "message", repr(reply))
         self._infra_error(side, f"{item.name} attempt {index}: {msg}")
-        self._drop(spec, handle, fresh=case.fresh_process)
+        self._drop(spec, handle, fresh=fresh)
         return replace(
             base,
             duration_s=duration,

@@ -131,8 +131,8 @@ class PairedRunner(Runner):
         return done
 
     def run_coverage(self, items: Sequence[PlanItem]) -> None:
-        """One coverage attempt per case and side, after the timed rounds (in fresh workers
-        when the rounds' were closed); a harness error is recorded and ends the coverage."""
+        """One coverage attempt per case and side, after the timed rounds, each in a fresh
+        worker; a harness error is recorded and ends the coverage."""
         try:
             for item in items:
                 if item.skip_reason is not None:
@@ -145,8 +145,6 @@ class PairedRunner(Runner):
             msg = f"coverage attempts: harness error {type(exc).__name__}: {exc}"
             self.harness_errors.append(msg)
             self._say(msg + "\n" + traceback.format_exc())
-        finally:
-            self.executor.close()
 
     def _warm(self, items: Sequence[PlanItem], round_: int) -> bool:
         """Each case's warm-up runs, both sides, numbered with the round they precede (so a
