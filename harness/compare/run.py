@@ -323,20 +323,23 @@ def run_live(
     )
     say(f"compare {comparison_id}: {what}, {len(items)} case(s) -> {runner.run_dir}")
     session = Session(runner, items, latency, budget_s=request.budget_s, say=say)
+    # coverage attempts follow in the last round's (warm) workers: kept open for them
+    keep = coverage and request.coverage
+    finished = False
     try:
         if aa:
             runner.run_rounds(items, max(latency.looks))
         else:
             session.run()
+        finished = True
     except KeyboardInterrupt:
         # what finished is judged and written; the comparison says it is incomplete
         runner.request_stop()
         runner.harness_errors.append("comparison interrupted: judged on the rounds that ran")
     finally:
         errors = tuple(LoadError(e.path, str(e)) for e in broken)
-        reports = {
-            side: _relocate(rep, "..") for side, rep in runner.reports(items, errors).items()
-        }
+        sides_reports = runner.reports(items, errors, close=not (keep and finished))
+        reports = {side: _relocate(rep, "..") for side, rep in sides_reports.items()}
         for side, rep in reports.items():
             (runner.run_dir / side).mkdir(parents=True, exist_ok=True)
             write_run(rep, runner.run_dir / side, latest=False, references=request.references_root)
@@ -381,8 +384,11 @@ def run_live(
                 provenance=check_provenance(b, h, origins),
             )
         )
-    if coverage and request.coverage and not runner.stop_requested:
+    if keep and finished and not runner.stop_requested:
         reports = _take_coverage(runner, items, cases, reports, errors, say)
+    # the workers kept open for coverage attempts (a harness bug above ends the command, and
+    # its workers die with it)
+    runner.executor.close()
     if aa and noise_file is not None:
         figures = calibrate(
             {

@@ -3,9 +3,8 @@ the worker's absolute file names turned into a :class:`~harness.model.CoverageRe
 files are relative to the repository of the code under test (:func:`to_record`).
 
 A coverage attempt is one extra attempt of a case, run after its timed attempts (never among
-them, so latency stays clean), with no retries, in a fresh worker (so the lines its modules
-run when they are imported count: a warm worker imported them before); it is not one of the
-case's attempts and counts for nothing but the coverage it records.
+them, so latency stays clean), with no retries, in the warm worker that ran them; it is not
+one of the case's attempts and counts for nothing but the coverage it records.
 """
 
 from __future__ import annotations

@@ -192,9 +192,8 @@ class Executor:
         coverage: tuple[str, ...] | None = None,
     ) -> tuple[Attempt, Mapping[str, Any] | None]:
         """One attempt and, for a coverage attempt (``coverage``: the folders and packages to
-        measure), what the worker measured (None when the worker did not answer). A coverage
-        attempt runs in a fresh worker, so the lines its modules run at import count too."""
-        fresh = item.case.fresh_process or coverage is not None
+        measure), what the worker measured (None when the worker did not answer)."""
+        fresh = item.case.fresh_process
         resolved = self.resolver.resolve(side, item.platform, fresh=item.case.fresh_process)
         case = self.resolver.prepared(resolved, item.case).case
         sub = f"{side}-r{round}-a{index}" if side != "head" or round else f"a{index}"

@@ -131,8 +131,9 @@ class PairedRunner(Runner):
         return done
 
     def run_coverage(self, items: Sequence[PlanItem]) -> None:
-        """One coverage attempt per case and side, after the timed rounds, each in a fresh
-        worker; a harness error is recorded and ends the coverage."""
+        """One coverage attempt per case and side, after the timed rounds, in the workers of
+        the last round (warm); a harness error is recorded and ends the coverage. The workers
+        are closed after."""
         try:
             for item in items:
                 if item.skip_reason is not None:
@@ -145,6 +146,8 @@ class PairedRunner(Runner):
             msg = f"coverage attempts: harness error {type(exc).__name__}: {exc}"
             self.harness_errors.append(msg)
             self._say(msg + "\n" + traceback.format_exc())
+        finally:
+            self.executor.close()
 
     def _warm(self, items: Sequence[PlanItem], round_: int) -> bool:
         """Each case's warm-up runs, both sides, numbered with the round they precede (so a
@@ -183,10 +186,16 @@ class PairedRunner(Runner):
         return replace(result, coverage=found) if found is not None else result
 
     def reports(
-        self, items: Sequence[PlanItem], load_errors: Sequence[LoadError] = ()
+        self,
+        items: Sequence[PlanItem],
+        load_errors: Sequence[LoadError] = (),
+        *,
+        close: bool = True,
     ) -> dict[Side, RunReport]:
-        """Close workers and the journal; one report per side (env collected per side)."""
-        self.executor.close()
+        """Close workers (unless ``close`` is False: coverage attempts follow in them) and
+        the journal; one report per side (env collected per side)."""
+        if close:
+            self.executor.close()
         self.journal.close()
         finished = _now()
         out: dict[Side, RunReport] = {}
