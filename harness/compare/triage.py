@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
-from harness.compare.diff import ChangeSet, files_touched, where
+from harness.compare.diff import ChangeSet, changed_lines, files_touched, where
 from harness.model import CaseComparison, RunReport
 from harness.model.coverage import CoverageRecord, triage_rank
 
@@ -172,4 +173,22 @@ def apply_triage(
     return order_by_triage(out, GREEN)
 
 
-__all__ = ["GREEN", "apply_triage", "order_by_triage", "triage_case", "triage_rank"]
+def saved_changes(reports: Mapping[Any, RunReport], repo: Path) -> ChangeSet | None:
+    """``git diff`` between the commits two saved runs ran at, when either recorded coverage
+    (None: neither did, so there is nothing to triage); a ChangeSet with ``error`` when a run
+    names no commit or ``repo`` does not have them."""
+    if not any(c.coverage for r in reports.values() for c in r.cases):
+        return None
+    shas = {}
+    for side in ("base", "head"):
+        git = reports[side].env.get("git") or {}
+        sha = git.get("sha") if isinstance(git, Mapping) else None
+        if not sha:
+            return ChangeSet(
+                "base", "head", error=f"{side}'s run records no git commit: no diff to triage"
+            )
+        shas[side] = str(sha)
+    return changed_lines(repo, shas["base"], shas["head"])
+
+
+__all__ = ["GREEN", "apply_triage", "order_by_triage", "saved_changes", "triage_case"]

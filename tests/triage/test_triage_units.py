@@ -79,3 +79,35 @@ def test_a_code_root_outside_the_repository_is_named_and_never_read_as_untouched
     )
     t = triage_case(None, record, changed_lines(env["repo"], "base", "breaks"), sides=("head",))
     assert t["status"] == "outside" and "not known beyond it" in t["summary"], t
+
+
+def test_two_saved_runs_are_triaged_only_with_coverage_and_their_commits(
+    env: dict[str, Path],
+) -> None:
+    from harness.compare.triage import saved_changes
+    from harness.model import CaseResult, RunReport
+
+    def run(sha: str | None, coverage: CoverageRecord | None) -> RunReport:
+        case = CaseResult("load", "loader", "cpu", "failed", coverage=coverage)
+        env_ = {"git": {"sha": sha}} if sha else {}
+        return RunReport("r", "", "", (), "cpu", env_, (case,))
+
+    base = git_sha(env, "base")
+    head = git_sha(env, "breaks")
+    assert saved_changes({"base": run(base, None), "head": run(head, None)}, env["repo"]) is None
+    cov = CoverageRecord(status="recorded", rev=head, files={"mini/loader.py": "4"})
+    unknown = saved_changes({"base": run(None, None), "head": run(head, cov)}, env["repo"])
+    assert (
+        unknown is not None
+        and unknown.error == "base's run records no git commit: no diff to triage"
+    )
+    changes = saved_changes({"base": run(base, None), "head": run(head, cov)}, env["repo"])
+    assert changes is not None and changes.error is None
+    t = triage_case(None, cov, changes)
+    assert t["status"] == "executes" and "base: no coverage recorded" in t["summary"], t
+
+
+def git_sha(env: dict[str, Path], rev: str) -> str:
+    from triagerepo import git
+
+    return git(env["repo"], "rev-parse", rev)
