@@ -66,8 +66,11 @@ def measure(sources: Sequence[str]) -> Iterator[dict[str, Any]]:
     finally:
         cov.stop()
         data = cov.get_data()
+        # coverage.py also lists the source files nothing imported, with no lines: left out
         out["files"] = {
-            f: sorted(statement_lines(f, data.lines(f) or ())) for f in data.measured_files()
+            f: sorted(statement_lines(f, lines))
+            for f in data.measured_files()
+            if (lines := data.lines(f))
         }
 
 
