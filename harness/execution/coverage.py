@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import harness
-from harness.model import Attempt, Case
+from harness.cases import PlanItem
+from harness.model import Attempt, Case, Side
 from harness.model.coverage import CoverageRecord, spell_lines
+from harness.platforms.profile import Profile
+
+if TYPE_CHECKING:
+    from harness.execution.executor import Executor
 
 _HARNESS_DIR = str(Path(harness.__file__).resolve().parent)
 
@@ -119,4 +124,43 @@ def to_record(
     )
 
 
-__all__ = ["coverage_sources", "git_root", "to_record"]
+def coverage_attempt(
+    executor: Executor,
+    side: Side,
+    item: PlanItem,
+    *,
+    roots: Sequence[str],
+    profile: Profile,
+    say: Callable[[str], None],
+) -> CoverageRecord:
+    """One coverage attempt of ``item`` on ``side``, outside its timed attempts (no retries,
+    not one of its attempts): the lines of ``roots`` (default: the side's code roots), the
+    case's own code root and the packages the case and runner profile name that it executed,
+    relative to the repository."""
+    spec = executor.sides[side]
+    roots = tuple(roots) or spec.code_roots
+    case = item.case
+    sources = coverage_sources(
+        roots, spec.case_root(case), (*profile.coverage_packages, *case.coverage_packages)
+    )
+    repo, rev = git_root(Path(spec.repo or (roots[0] if roots else spec.cwd or ".")))
+    if spec.repo is not None:
+        repo = Path(spec.repo).resolve()
+    rev = spec.rev or rev
+    attempt, raw = executor.run_job(
+        side, item, index=0, repeat=0, retry=0, warmup=False, coverage=sources
+    )
+    record = to_record(raw, attempt, case=case, repo=repo, rev=rev, sources=sources)
+    label = f"{side} " if len(executor.sides) > 1 else ""
+    say(
+        f"{label}{item.name} coverage: "
+        + (
+            f"{len(record.files)} file(s) executed ({attempt.duration_s:.2f} s)"
+            if record.status == "recorded"
+            else f"not recorded: {record.message}"
+        )
+    )
+    return record
+
+
+__all__ = ["coverage_attempt", "coverage_sources", "git_root", "to_record"]

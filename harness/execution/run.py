@@ -20,7 +20,7 @@ from typing import Any
 from harness.cases import PlanItem
 from harness.errors import CaseFileError, UsageError
 from harness.execution.aggregate import aggregate, skipped
-from harness.execution.coverage import coverage_sources, git_root, to_record
+from harness.execution.coverage import coverage_attempt
 from harness.execution.executor import Executor
 from harness.execution.journal import JournalWriter
 from harness.execution.pool import WorkerPool
@@ -284,37 +284,12 @@ class Runner:
             )
 
     def take_coverage(self, side: Side, item: PlanItem) -> CoverageRecord:
-        """One coverage attempt of ``item`` on ``side``, outside its timed attempts (no
-        retries, not one of its attempts): the lines of its code roots (and the packages the
-        case and runner profile name) that it executed, relative to the repository."""
-        spec = self.executor.sides[side]
-        roots = spec.code_roots
-        if len(self.executor.sides) == 1:  # a run: its code roots, not the folder it runs in
-            roots = self.options.code_roots or roots
-        case = item.case
-        sources = coverage_sources(
-            roots,
-            spec.case_root(case),
-            (*self.options.profile.coverage_packages, *case.coverage_packages),
+        """One coverage attempt of ``item`` on ``side`` (:func:`.coverage.coverage_attempt`)."""
+        # a run measures its code roots, not the folder it runs in; a comparison its sides'
+        roots = self.options.code_roots if len(self.executor.sides) == 1 else ()
+        return coverage_attempt(
+            self.executor, side, item, roots=roots, profile=self.options.profile, say=self._say
         )
-        repo, rev = git_root(Path(spec.repo or (roots[0] if roots else spec.cwd or ".")))
-        if spec.repo is not None:
-            repo = Path(spec.repo).resolve()
-        rev = spec.rev or rev
-        attempt, raw = self.executor.run_job(
-            side, item, index=0, repeat=0, retry=0, warmup=False, coverage=sources
-        )
-        record = to_record(raw, attempt, case=case, repo=repo, rev=rev, sources=sources)
-        side_label = f"{side} " if len(self.executor.sides) > 1 else ""
-        self._say(
-            f"{side_label}{item.name} coverage: "
-            + (
-                f"{len(record.files)} file(s) executed ({attempt.duration_s:.2f} s)"
-                if record.status == "recorded"
-                else f"not recorded: {record.message}"
-            )
-        )
-        return record
 
     def _keep(self, result: CaseResult) -> CaseResult:
         self.results.append(result)
