@@ -29,12 +29,7 @@ def headline(x: Explanation) -> str:
     n = len(x.cases)
     if not n:
         return f"nothing red to explain ({x.others} case(s), none red)"
-    order = (
-        "most likely caused by head first"
-        if x.kind == "comparison"
-        else "code before infrastructure"
-    )
-    return f"{n} red case(s), {order}; {x.others} other case(s) not red"
+    return f"{n} red case(s), most likely caused by head first; {x.others} other case(s) not red"
 
 
 def explain_markdown(x: Explanation) -> str:
