@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 
 _HARNESS_DIR = str(Path(harness.__file__).resolve().parent)
 
-# Case shapes whose code under test runs in processes the worker's tracer does not see.
-_ELSEWHERE = "lines run in other processes (a command, a server, ranks) are not measured"
+# Case shapes whose code under test runs in processes the worker's tracer does not see: their
+# coverage attempt is not run.
+_ELSEWHERE = "its code runs in other processes (a command, a server, ranks)"
 
 
 def git_root(folder: Path) -> tuple[Path | None, str | None]:
@@ -113,8 +114,6 @@ def to_record(
             f"case '{case.id}': code root(s) {', '.join(outside)} lie outside the repository "
             f"({where}); their lines cannot be matched with a diff"
         )
-    if case.command is not None or case.server is not None or case.ranks > 1:
-        notes.append(_ELSEWHERE)
     return CoverageRecord(
         status="recorded",
         files=files,
@@ -140,6 +139,10 @@ def coverage_attempt(
     spec = executor.sides[side]
     roots = tuple(roots) or spec.code_roots
     case = item.case
+    if case.command is not None or case.server is not None or case.ranks > 1:
+        # the tracer sees only the worker: such a case's code is never in it
+        say(f"{item.name} coverage: not measured ({_ELSEWHERE})")
+        return CoverageRecord(status="not_measured", message=f"not measured: {_ELSEWHERE}")
     sources = coverage_sources(
         roots, spec.case_root(case), (*profile.coverage_packages, *case.coverage_packages)
     )

@@ -49,10 +49,12 @@ def read_lines(text: str) -> frozenset[int]:
 class CoverageRecord:
     """One case's coverage attempt on one side.
 
-    ``status`` is ``recorded`` (``files`` holds what ran), or ``error`` (coverage could not be
-    taken: ``message`` says why). ``rev`` is the git commit the code ran at (None: not a git
-    checkout). ``outside`` lists code roots that lie outside the repository (their lines
-    cannot be matched with a diff), ``attempt_status`` the coverage attempt's own status.
+    ``status`` is ``recorded`` (``files`` holds what ran), ``error`` (coverage could not be
+    taken: ``message`` says why) or ``not_measured`` (a command, server or multi-rank case:
+    its code runs in processes the worker's tracer does not see). ``rev`` is the git commit
+    the code ran at (None: not a git checkout). ``outside`` lists code roots that lie outside
+    the repository (their lines cannot be matched with a diff), ``attempt_status`` the
+    coverage attempt's own status.
     """
 
     status: str

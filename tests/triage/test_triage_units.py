@@ -111,3 +111,25 @@ def git_sha(env: dict[str, Path], rev: str) -> str:
     from triagerepo import git
 
     return git(env["repo"], "rev-parse", rev)
+
+
+def test_a_command_case_gets_no_coverage_attempt_and_says_why(tmp_path: Path) -> None:
+    from harness.execution.coverage import coverage_attempt
+    from harness.execution.executor import Executor
+    from harness.execution.workers import SideSpec
+    from harness.platforms.profile import Profile
+
+    case = tmp_path / "cmd.toml"
+    case.write_text('id = "cmd"\nkind = "pipeline"\ncommand = ["true"]\n')
+    (item,) = build_plan(load_suite([case]).cases, ["cpu"], None)
+    ex = Executor(run_dir=tmp_path, profile=Profile(), sides={"head": SideSpec("head")})
+    said: list[str] = []
+    try:
+        record = coverage_attempt(ex, "head", item, roots=(), profile=Profile(), say=said.append)
+    finally:
+        ex.close()
+    assert record.status == "not_measured" and ex.pool.started == 0  # nothing was run
+    assert record.message == (
+        "not measured: its code runs in other processes (a command, a server, ranks)"
+    )
+    assert said == [f"{item.name} coverage: not measured ({record.message[14:]})"]
