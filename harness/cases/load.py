@@ -104,6 +104,7 @@ _CASE_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "tags": ((list,), "list of strings"),
     "code_root": ((str,), "string (a folder relative to the repository root)"),
     "requires": ((list,), "list of module names"),
+    "coverage_packages": ((list,), "list of package names"),
     "known_flaky": ((str,), "string (why the case is known to fail intermittently)"),
     "server": ((dict,), 'table [case.server] (kind = "server")'),
     "requests": ((list,), 'array of tables [[case.requests]] (kind = "server")'),
@@ -143,11 +144,11 @@ def _known_flaky(ctx: Ctx, value: str) -> str:
     return value.strip()
 
 
-def _requires(ctx: Ctx, value: list[Any]) -> tuple[str, ...]:
-    names = str_list(ctx, "requires", value)
+def _requires(ctx: Ctx, value: list[Any], key: str = "requires") -> tuple[str, ...]:
+    names = str_list(ctx, key, value)
     bad = [n for n in names if not all(map(_is_name, n.split(".")))]
     if bad:
-        raise ctx.fail("requires", value, f"importable module names (dotted); not names: {bad}")
+        raise ctx.fail(key, value, f"importable module names (dotted); not names: {bad}")
     return names
 
 
@@ -251,6 +252,9 @@ def parse_case(path: Path, raw: Any, where: str) -> Case:
         tags=str_list(ctx, "tags", raw["tags"]) if "tags" in raw else (),
         code_root=_code_root(ctx, raw["code_root"]) if "code_root" in raw else None,
         requires=_requires(ctx, raw["requires"]) if "requires" in raw else (),
+        coverage_packages=_requires(ctx, raw["coverage_packages"], "coverage_packages")
+        if "coverage_packages" in raw
+        else (),
         known_flaky=_known_flaky(ctx, raw["known_flaky"]) if "known_flaky" in raw else None,
         server=server,
         requests=requests,

@@ -18,6 +18,7 @@ from harness.cli import (
     compare,
     completion,
     dispatch,
+    explain,
     history,
     init,
     merge,
@@ -34,6 +35,7 @@ examples:
   harness run                                  # every case in cases/ on this runner's platform
   harness run cases/pipeline -k "int8 and not ref" --repeats 3
   harness compare --base main --head HEAD -k t2va-int8
+  harness explain reports/latest               # red cases, most likely head's first
   harness plan cases/ -k loader
   harness plan --shards 4 --durations reports/latest   # then: harness run --shard 2/4 ...
   harness merge shard-*/ --out reports/merged
@@ -79,8 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"harness {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    modules = (run, compare, bisect, plan, report, merge, dispatch, platforms, init, history)
-    for module in (*modules, baselines):
+    modules = (run, compare, explain, bisect, plan, report, merge, dispatch, platforms, init)
+    for module in (*modules, history, baselines):
         module.add_parser(sub)
     refs.add_parser(sub)
     completion.add_parser(sub)

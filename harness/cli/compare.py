@@ -117,6 +117,11 @@ def add_parser(sub: Any) -> None:
         "round's median is its one sample (default 3 with a fresh pair per round, 1 with "
         "--reuse-workers)",
     )
+    p.add_argument(
+        "--no-coverage",
+        action="store_true",
+        help="no coverage attempts: skip the diff-aware triage of cases that are not no_change",
+    )
     p.add_argument("--strict", action="store_true", help="inconclusive and suspect fail too")
     p.add_argument(
         "--no-confirm", action="store_true", help="do not confirm regressions with a fresh batch"
@@ -244,6 +249,7 @@ def main(args: argparse.Namespace) -> int:
         noise_max_age_days=args.noise_max_age,
         argv=tuple(sys.argv),
         progress=say,
+        coverage=not args.no_coverage,
     )
     envs = (args.base_env, args.head_env)
     if any(e is not None for e in envs):
@@ -297,6 +303,8 @@ def main(args: argparse.Namespace) -> int:
     out_dir = args.out / comparison.id
     for c in comparison.cases:
         print(f"  {c.verdict:20} {c.name}" + (f": {c.reason}" if c.reason else ""), file=sys.stderr)
+        if c.triage:
+            print(f"  {'':20} triage: {c.triage.get('summary')}", file=sys.stderr)
     for e in comparison.infra_errors:
         print(f"  harness  {e}", file=sys.stderr)
     counts = ", ".join(f"{v} {k}" for k, v in comparison.counts().items() if v)

@@ -29,6 +29,8 @@ examples:
   harness run -k t2va-int8 --explain           # where each run first left its reference
   harness run --shard 2/4 --durations prev/report.json --fail-fast   # one CI machine's part
   harness run --shard auto --out /runs     # index and count from Buildkite, GitLab, k8s, ...
+  harness run --coverage                       # + one coverage attempt per case, after its runs
+  harness run --changed-since main --coverage-from main-run/   # only cases the change touches
 """
 
 
@@ -111,6 +113,24 @@ def add_parser(sub: Any) -> None:
         "fingerprinted layer) and report where it first left it; without it only attempts "
         "whose quality checks failed are compared",
     )
+    run.add_argument(
+        "--coverage",
+        action="store_true",
+        help="after each case's timed attempts, one coverage attempt recording the lines of its "
+        "code roots (and coverage_packages) it executed (report.json: cases[].coverage)",
+    )
+    run.add_argument(
+        "--changed-since",
+        metavar="REV",
+        help="run only the cases whose recorded coverage (--coverage-from) touches a file "
+        "changed since REV; cases with no coverage on record always run",
+    )
+    run.add_argument(
+        "--coverage-from",
+        type=Path,
+        metavar="REPORT",
+        help="a run folder (or its report.json) recorded with --coverage at REV",
+    )
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     run.set_defaults(func=main)
 
@@ -156,6 +176,9 @@ def main(args: argparse.Namespace) -> int:
             + (f" ({shard_spec.source})" if shard_spec.source != "given" else ""),
             file=sys.stderr,
         )
+    selection = None
+    if args.changed_since is not None:
+        items, selection = _select(items, args.changed_since, args.coverage_from)
     code_roots = args.code_roots or (["targets/tinyav"] if Path("targets/tinyav").is_dir() else [])
     if not args.simulate and any(i.platform == profile.platform for i in items):
         _check_promised_devices(profile, code_roots)
@@ -177,6 +200,8 @@ def main(args: argparse.Namespace) -> int:
             fail_fast=args.fail_fast,
             shard=shard,
             explain=args.explain,
+            coverage=args.coverage,
+            selection=selection,
         )
     )
     order = f", shuffled with seed {args.shuffle}" if args.shuffle is not None else ""
@@ -256,6 +281,39 @@ def main(args: argparse.Namespace) -> int:
     return code
 
 
+def _select(items: list[Any], rev: str, coverage_from: Path | None) -> tuple[list[Any], Any]:
+    """--changed-since: the items to run, and the selection record (printed: what was left
+    out and why; a selection that cannot be made is an error line and every case runs)."""
+    from harness.compare.select import select_changed
+    from harness.execution.coverage import git_root
+
+    repo, _ = git_root(Path.cwd())
+    sel: dict[str, Any]
+    if repo is None:
+        sel = {
+            "changed_since": rev,
+            "coverage_from": str(coverage_from) if coverage_from else None,
+            "applied": False,
+            "error": f"--changed-since {rev}: {Path.cwd()} is not in a git repository",
+            "kept": [],
+            "left_out": [],
+        }
+        kept = items
+    else:
+        kept, sel = select_changed(items, rev, coverage_from, repo)
+    if sel["error"]:
+        print(f"error: {sel['error']}; running every selected case", file=sys.stderr)
+        return kept, sel
+    print(
+        f"--changed-since {rev}: {len(kept)} of {len(items)} item(s) run, "
+        f"{len(sel['left_out'])} left out",
+        file=sys.stderr,
+    )
+    for entry in sel["left_out"]:
+        print(f"  left out {entry['name']}: {entry['why']}", file=sys.stderr)
+    return kept, sel
+
+
 def _check_args(args: argparse.Namespace) -> None:
     """Usage errors before anything runs or is written, each as one line (exit 2)."""
     from harness.execution.run import check_run_id
@@ -271,6 +329,8 @@ def _check_args(args: argparse.Namespace) -> None:
         check_run_id(args.run_id)
     if args.code_roots:
         existing_folders("--code-root", args.code_roots)
+    if args.coverage_from is not None and args.changed_since is None:
+        raise UsageError("--coverage-from REPORT goes with --changed-since REV")
     writable_folder("--out", args.out)
     if args.references is not None and not args.references.is_dir():
         what = "is not a folder" if args.references.exists() else "does not exist"

@@ -144,6 +144,7 @@ def bisect(
             case_ids=(case,),
             out_root=out,
             comparison_id=f"{len(steps):02d}-{sha[:10]}",
+            coverage=False,  # a step asks whether the case regressed, not what it executed
         )
         say(f"bisect: testing {sha[:10]} {subject!r} ({len(commits)} commit(s) in range)")
         try:

@@ -23,6 +23,7 @@ from typing import Any
 
 from harness.cases import PlanItem, build_plan, load_suite
 from harness.compare.drift import with_drift
+from harness.compare.diff import ChangeSet, changed_lines
 from harness.compare.envdiff import env_diff, env_differences
 from harness.compare.judge import judge_case
 from harness.compare.latency import LatencySettings, confirm, decide_stages
@@ -40,6 +41,7 @@ from harness.compare.provenance import check as check_provenance
 from harness.compare.provenance import live_origin
 from harness.compare.session import Session
 from harness.compare.sides import incomplete, load_errors, side_spec
+from harness.compare.triage import apply_triage
 from harness.compare.worktree import Checkouts, resolve
 from harness.errors import UsageError
 from harness.execution.paired import PairedRunner
@@ -86,6 +88,8 @@ class CompareRequest:
     noise_dir: Path | None = Path("runners/noise")
     noise_max_age_days: float = DEFAULT_MAX_AGE_DAYS  # older calibration is reported stale
     python: str | None = None
+    # a coverage attempt per side of every case that is not no_change, for diff-aware triage
+    coverage: bool = True
     warmup: int = 1  # at least this many warm-up runs per case and side
     # a fresh pair of workers per round (rounds exchangeable); False: one worker per side
     worker_per_round: bool = True
@@ -156,8 +160,11 @@ def finish_comparison(
     differences: Sequence[str] = (),
     allowed: bool = False,
     envs: Mapping[Side, str] | None = None,
+    changes: ChangeSet | None = None,
 ) -> Comparison:
-    """The comparison of what ``live`` ran, written (with its renderings) to its folder."""
+    """The comparison of what ``live`` ran, written (with its renderings) to its folder;
+    with ``changes`` (git diff base..head), each case not ``no_change`` is triaged against it
+    and the red cases are ordered by what it found (:mod:`harness.compare.triage`)."""
     reports, out_dir = live.reports, live.run_dir
     sides = {}
     for side, rep in reports.items():
@@ -179,7 +186,7 @@ def finish_comparison(
         base=sides["base"],
         head=sides["head"],
         same_runner=same_runner,
-        cases=with_drift(live.cases, reports, diff),  # with drift where environments differ
+        cases=with_drift(tuple(apply_triage(live.cases, reports, changes)), reports, diff),
         runner=request.profile.name,
         rounds=live.rounds,
         started_at=started_at,
@@ -206,6 +213,7 @@ def finish_comparison(
         infra_errors=incomplete(reports),
         env_diff=diff,
         load_errors=load_errors(reports),
+        diff=changes.to_json() if changes is not None else None,
     )
     write_comparison(comparison, out_dir, references=request.references_root)
     return comparison
@@ -261,6 +269,7 @@ def run_live(
     aa: bool = False,
     noise_dir: Path | None = None,
     own_envs: bool = False,
+    coverage: bool = False,
 ) -> Live:
     """Run the selected cases for both ``sides`` interleaved on this runner and judge them.
 
@@ -272,7 +281,9 @@ def run_live(
     it is read from ``noise_dir`` (default: ``request.noise_dir``), which the caller has
     resolved away from head's tree (:func:`~harness.compare.noise.noise_dir_for`). Each side's
     target must come from its checkout (with ``own_envs``, or its own environment), else the
-    case is ``not_comparable`` (:mod:`harness.compare.provenance`).
+    case is ``not_comparable`` (:mod:`harness.compare.provenance`). With ``coverage`` (and
+    ``request.coverage``), every case judged other than ``no_change`` then gets one coverage
+    attempt per side, after the rounds, recorded in its side's report.
     """
     say = request.progress or (lambda _l: None)
     items, broken = _items(request, cases_root)
@@ -314,20 +325,23 @@ def run_live(
     )
     say(f"compare {comparison_id}: {what}, {len(items)} case(s) -> {runner.run_dir}")
     session = Session(runner, items, latency, budget_s=request.budget_s, say=say)
+    # coverage attempts follow in the last round's (warm) workers: kept open for them
+    keep = coverage and request.coverage
+    finished = False
     try:
         if aa:
             runner.run_rounds(items, max(latency.looks))
         else:
             session.run()
+        finished = True
     except KeyboardInterrupt:
         # what finished is judged and written; the comparison says it is incomplete
         runner.request_stop()
         runner.harness_errors.append("comparison interrupted: judged on the rounds that ran")
     finally:
         errors = tuple(LoadError(e.path, str(e)) for e in broken)
-        reports = {
-            side: _relocate(rep, "..") for side, rep in runner.reports(items, errors).items()
-        }
+        sides_reports = runner.reports(items, errors, close=not (keep and finished))
+        reports = {side: _relocate(rep, "..") for side, rep in sides_reports.items()}
         for side, rep in reports.items():
             (runner.run_dir / side).mkdir(parents=True, exist_ok=True)
             write_run(rep, runner.run_dir / side, latest=False, references=request.references_root)
@@ -372,6 +386,11 @@ def run_live(
                 provenance=check_provenance(b, h, origins),
             )
         )
+    if keep and finished and not runner.stop_requested:
+        reports = _take_coverage(runner, items, cases, reports, errors, say)
+    # the workers kept open for coverage attempts (a harness bug above ends the command, and
+    # its workers die with it)
+    runner.executor.close()
     if aa and noise_file is not None:
         figures = calibrate(
             {
@@ -397,6 +416,28 @@ def run_live(
         noise_source=calibration.source if calibration.figures else None,
         calibration=calibration,
     )
+
+
+def _take_coverage(
+    runner: PairedRunner,
+    items: Sequence[PlanItem],
+    cases: Sequence[CaseComparison],
+    reports: dict[Side, RunReport],
+    errors: Sequence[LoadError],
+    say: Say,
+) -> dict[Side, RunReport]:
+    """A coverage attempt per side of every case not judged ``no_change`` (nor skipped), after
+    the timed rounds; the side reports are rewritten with what it recorded."""
+    quiet = {"no_change", "skipped"}
+    needs = [i for i, c in zip(items, cases, strict=True) if c.verdict not in quiet]
+    if not needs:
+        return reports
+    say(f"coverage: {len(needs)} case(s) not no_change, one coverage attempt per side")
+    runner.run_coverage(needs)
+    fresh = {side: _relocate(rep, "..") for side, rep in runner.reports(items, errors).items()}
+    for side, rep in fresh.items():
+        write_json_atomic(runner.run_dir / side / "report.json", rep.to_json(), indent=None)
+    return fresh
 
 
 def compare_revisions(
@@ -440,6 +481,12 @@ def compare_revisions(
             what=f"base {shas['base'][:12]} vs head {shas['head'][:12]}",
             aa=aa,
             noise_dir=noise_dir,
+            coverage=not aa,
+        )
+        changes = (
+            changed_lines(co.repo, shas["base"], shas["head"])
+            if not aa and request.coverage
+            else None
         )
     differences = env_differences(live.reports["base"].env, live.reports["head"].env)
     return finish_comparison(
@@ -450,6 +497,7 @@ def compare_revisions(
         started_at=started,
         same_runner=not differences,
         differences=differences,
+        changes=changes,
     )
 
 

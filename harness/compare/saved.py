@@ -30,6 +30,7 @@ from harness.compare.run import (
     write_comparison,
 )
 from harness.compare.sides import incomplete, load_errors
+from harness.compare.triage import apply_triage, saved_changes
 from harness.execution.run import check_run_id, new_run_id
 from harness.model import Comparison, RunReport, Side, SideInfo
 from harness.report.io import read_report
@@ -113,6 +114,9 @@ def compare_reports(
                 f"{'base' if b is None else 'head'} has no result for it",
             )
         cases.append(c)
+    # diff-aware triage where the runs recorded coverage (harness run --coverage)
+    changes = saved_changes(reports, request.repo)
+    cases = apply_triage(cases, reports, changes)
     comparison = Comparison(
         id=comparison_id,
         base=SideInfo(
@@ -145,6 +149,7 @@ def compare_reports(
         env_diff=diff,
         infra_errors=incomplete(reports),
         load_errors=load_errors(reports),
+        diff=changes.to_json() if changes is not None else None,
     )
     write_comparison(comparison, out_dir, references=request.references_root)
     return comparison

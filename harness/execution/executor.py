@@ -180,9 +180,38 @@ class Executor:
     ) -> Attempt:
         """One attempt, recorded whatever happens to the worker. ``server_last``: no later
         case of this side needs the case's named server (the worker stops it after this)."""
+        return self.run_job(
+            side,
+            item,
+            index=index,
+            repeat=repeat,
+            retry=retry,
+            warmup=warmup,
+            round=round,
+            server_last=server_last,
+        )[0]
+
+    def run_job(
+        self,
+        side: Side,
+        item: PlanItem,
+        *,
+        index: int,
+        repeat: int,
+        retry: int,
+        warmup: bool,
+        round: int = 0,
+        coverage: tuple[str, ...] | None = None,
+        server_last: bool = False,
+    ) -> tuple[Attempt, Mapping[str, Any] | None]:
+        """One attempt and, for a coverage attempt (``coverage``: the folders and packages to
+        measure), what the worker measured (None when the worker did not answer)."""
+        fresh = item.case.fresh_process
         resolved = self.resolver.resolve(side, item.platform, fresh=item.case.fresh_process)
         case = self.resolver.prepared(resolved, item.case).case
         sub = f"{side}-r{round}-a{index}" if side != "head" or round else f"a{index}"
+        if coverage is not None:
+            sub = f"{side}-coverage"
         out_dir = self.run_dir / "outputs" / self._slug(item.name) / sub
         job = p.AttemptJob(
             identity=resolved.identity,
@@ -201,6 +230,7 @@ class Executor:
             server_last=server_last,
             explain=self.explain,
             layer_tolerances=resolved.policy.layer_tolerances(),
+            coverage=coverage,
         )
         base = Attempt(
             case_id=case.id,
@@ -225,7 +255,7 @@ class Executor:
                     f"case '{case.id}' ({case.source}): code_root '{case.code_root}' is not a "
                     f"folder ({root} does not exist in this side's checkout)",
                 ),
-            )
+            ), None
         spec = case_worker(resolved.worker, self.sides[side], case)
         wide = self.devices.for_ranks(spec.devices, case.rank_count)
         if wide != spec.devices:  # one device per rank: a worker of its own owns them
@@ -234,7 +264,7 @@ class Executor:
         oom_before = oom_kill_count()
         handle: WorkerHandle | None = None
         try:
-            handle = self.pool.fresh(spec) if case.fresh_process else self.pool.get(spec)
+            handle = self.pool.fresh(spec) if fresh else self.pool.get(spec)
             t0 = time.perf_counter()
             reply = handle.request(
                 p.AttemptRequest(handle.next_nonce(), job),
@@ -243,7 +273,7 @@ class Executor:
                 index=index,
             )
         except WorkerTimeout as exc:
-            self._drop(spec, handle, fresh=case.fresh_process)
+            self._drop(spec, handle, fresh=fresh)
             return replace(
                 base,
                 status="timeout",
@@ -256,9 +286,9 @@ class Executor:
                     "Timeout",
                     exc.stacks,
                 ),
-            )
+            ), None
         except WorkerCrashed as exc:
-            self._drop(spec, handle, fresh=case.fresh_process)
+            self._drop(spec, handle, fresh=fresh)
             log = f"; log: {handle.log_path}" if handle else ""
             oom_after = oom_kill_count()
             if oom_before is not None and oom_after is not None and oom_after > oom_before:
@@ -271,41 +301,41 @@ class Executor:
                 error=ErrorInfo(
                     "WorkerCrashed", exc.how + log, f"WorkerCrashed:{exc.how}", exc.stacks
                 ),
-            )
+            ), None
         except (WorkerError, ProtocolViolation) as exc:
-            self._drop(spec, handle, fresh=case.fresh_process)
+            self._drop(spec, handle, fresh=fresh)
             self._infra_error(side, f"{item.name} attempt {index}: {exc}")
             return replace(
                 base,
                 duration_s=time.perf_counter() - t0,
                 error=ErrorInfo.make("HarnessInternalError", f"{type(exc).__name__}: {exc}"),
-            )
+            ), None
         duration = time.perf_counter() - t0
         if isinstance(reply, p.AttemptReply):
             self._probe_side(side, handle)
             if case.server is not None and case.server.name is not None and not server_last:
                 # it keeps the shared server for later cases: at its exit it stops it
                 handle.servers_stop_s = max(handle.servers_stop_s, case.server.stop_timeout_s + 5)
-            if case.fresh_process:
+            if fresh:
                 handle.close()
             elif reply.replace_worker:
                 # The case changed its worker in a way that cannot be undone (it fails for it).
                 self.pool.discard(spec, graceful=True)
                 what = reply.attempt.get("notes", {}).get("harness.isolation", "")
                 self.say(f"{item.name}: worker {handle.pid} replaced before the next case: {what}")
-            return self._localize(Attempt.from_json(reply.attempt))
+            return self._localize(Attempt.from_json(reply.attempt)), reply.coverage
         # The worker caught a bug of the harness itself: an infrastructure error of this run,
         # recorded against this attempt, never a failure (or a pass) of the code under test.
         msg = getattr(reply, "message", repr(reply))
         self._infra_error(side, f"{item.name} attempt {index}: {msg}")
-        self._drop(spec, handle, fresh=case.fresh_process)
+        self._drop(spec, handle, fresh=fresh)
         return replace(
             base,
             duration_s=duration,
             error=ErrorInfo(
                 "HarnessInternalError", msg, "HarnessInternalError", getattr(reply, "traceback", "")
             ),
-        )
+        ), None
 
     def _slug(self, name: str) -> str:
         found = self._slugs.get(name)

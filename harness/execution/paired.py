@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from harness.cases import PlanItem
 from harness.execution.aggregate import aggregate, skipped
@@ -42,6 +43,7 @@ from harness.execution.run import Runner, RunOptions, _now
 from harness.execution.schedule import Interleaved, Unit
 from harness.execution.workers import SideSpec
 from harness.model import Attempt, CaseResult, LoadError, RunReport, Side
+from harness.model.coverage import CoverageRecord
 
 
 class PairedRunner(Runner):
@@ -76,6 +78,8 @@ class PairedRunner(Runner):
         self._rounds_in_workers = 0  # rounds the live workers have run (a new pair: 0)
         # item name -> warm-up runs planned per side (the first warm-up plus one per new pair)
         self._warmups: dict[str, int] = {}
+        # (side, item name) -> what its coverage attempt recorded (run_coverage)
+        self.coverage: dict[tuple[Side, str], CoverageRecord] = {}
 
     def side_attempts(self, side: Side, item: PlanItem) -> list[Attempt]:
         return self.attempts.setdefault((side, item.name), [])
@@ -126,6 +130,25 @@ class PairedRunner(Runner):
             self._say(msg + "\n" + traceback.format_exc())
         return done
 
+    def run_coverage(self, items: Sequence[PlanItem]) -> None:
+        """One coverage attempt per case and side, after the timed rounds, in the workers of
+        the last round (warm); a harness error is recorded and ends the coverage. The workers
+        are closed after."""
+        try:
+            for item in items:
+                if item.skip_reason is not None:
+                    continue
+                for side in ("base", "head"):
+                    if self.stop_requested:
+                        return
+                    self.coverage[(side, item.name)] = self.take_coverage(side, item)
+        except Exception as exc:  # a bug of the harness: recorded, the comparison goes on
+            msg = f"coverage attempts: harness error {type(exc).__name__}: {exc}"
+            self.harness_errors.append(msg)
+            self._say(msg + "\n" + traceback.format_exc())
+        finally:
+            self.executor.close()
+
     def _warm(self, items: Sequence[PlanItem], round_: int) -> bool:
         """Each case's warm-up runs, both sides, numbered with the round they precede (so a
         new pair's warm-ups are runs of their own); False when a stop was requested."""
@@ -149,7 +172,7 @@ class PairedRunner(Runner):
         prof = self.options.profile
         rounds = {a.round for a in attempts if not a.warmup}
         measured = len(rounds) * self.runs_per_round
-        return aggregate(
+        result = aggregate(
             item,
             attempts,
             planned_runs=self._warmups.get(item.name, item.case.warmup) + measured,
@@ -159,12 +182,20 @@ class PairedRunner(Runner):
             side=side,
             **self.executor.judging(side, item),
         )
+        found = self.coverage.get((side, item.name))
+        return replace(result, coverage=found) if found is not None else result
 
     def reports(
-        self, items: Sequence[PlanItem], load_errors: Sequence[LoadError] = ()
+        self,
+        items: Sequence[PlanItem],
+        load_errors: Sequence[LoadError] = (),
+        *,
+        close: bool = True,
     ) -> dict[Side, RunReport]:
-        """Close workers and the journal; one report per side (env collected per side)."""
-        self.executor.close()
+        """Close workers (unless ``close`` is False: coverage attempts follow in them) and
+        the journal; one report per side (env collected per side)."""
+        if close:
+            self.executor.close()
         self.journal.close()
         finished = _now()
         out: dict[Side, RunReport] = {}

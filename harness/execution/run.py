@@ -12,13 +12,15 @@ from __future__ import annotations
 import datetime as dt
 import traceback
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from harness.cases import PlanItem
 from harness.errors import CaseFileError, UsageError
 from harness.execution.aggregate import aggregate, skipped
+from harness.execution.coverage import coverage_attempt
 from harness.execution.executor import Executor
 from harness.execution.journal import JournalWriter
 from harness.execution.pool import WorkerPool
@@ -37,6 +39,7 @@ from harness.model import (
     ShardInfo,
     Side,
 )
+from harness.model.coverage import CoverageRecord
 from harness.platforms.profile import Profile, RetryPolicy
 
 Progress = Callable[[str], None]
@@ -68,6 +71,10 @@ class RunOptions:
     shard: ShardInfo | None = None
     # Compare every attempt with its layered reference (harness run --explain).
     explain: bool = False
+    # One coverage attempt per case after its timed attempts (harness run --coverage).
+    coverage: bool = False
+    # What the run recorded about its case selection (harness run --changed-since).
+    selection: Mapping[str, Any] | None = None
 
 
 def new_run_id() -> str:
@@ -254,18 +261,19 @@ class Runner:
                 if self.stop_requested or final.status == "skipped":
                     break  # a skipped attempt (a missing requirement) skips the whole case
             prof = self.options.profile
-            return self._keep(
-                aggregate(
-                    item,
-                    attempts,
-                    planned_runs=len(schedule.runs_of(item)),
-                    budget={**item.case.budget, **prof.budgets.get(item.case.id, {})},
-                    interrupted=self.stop_requested,
-                    repeats=self.options.repeats,
-                    side=self.side,
-                    **self.executor.judging(self.side, item),
-                )
+            result = aggregate(
+                item,
+                attempts,
+                planned_runs=len(schedule.runs_of(item)),
+                budget={**item.case.budget, **prof.budgets.get(item.case.id, {})},
+                interrupted=self.stop_requested,
+                repeats=self.options.repeats,
+                side=self.side,
+                **self.executor.judging(self.side, item),
             )
+            if self.options.coverage and result.status != "skipped" and not self.stop_requested:
+                result = replace(result, coverage=self.take_coverage(self.side, item))
+            return self._keep(result)
         except Exception as exc:  # a bug of the harness: recorded against this item, run goes on
             msg = f"{item.name}: harness error {type(exc).__name__}: {exc}"
             self.harness_errors.append(msg)
@@ -295,6 +303,14 @@ class Runner:
                     side=self.side,
                 )
             )
+
+    def take_coverage(self, side: Side, item: PlanItem) -> CoverageRecord:
+        """One coverage attempt of ``item`` on ``side`` (:func:`.coverage.coverage_attempt`)."""
+        # a run measures its code roots, not the folder it runs in; a comparison its sides'
+        roots = self.options.code_roots if len(self.executor.sides) == 1 else ()
+        return coverage_attempt(
+            self.executor, side, item, roots=roots, profile=self.options.profile, say=self._say
+        )
 
     def _keep(self, result: CaseResult) -> CaseResult:
         self.results.append(result)
@@ -395,6 +411,7 @@ class Runner:
             infra_errors=tuple(self.infra_errors),
             shard=self.options.shard,
             missing=tuple(self.missing),
+            selection=self.options.selection,
         )
 
 

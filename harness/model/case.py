@@ -72,6 +72,8 @@ class Case:
     # Modules the case needs; where the worker's Python cannot find one, the case is skipped
     # with that reason (never passed, never left out of the report).
     requires: tuple[str, ...] = ()
+    # Packages a coverage attempt of this case measures besides the side's code roots.
+    coverage_packages: tuple[str, ...] = ()
     # Why the case is known to fail intermittently (an issue link, say): a failure that head
     # shows and base did not, intermittently, then reads ``flaky`` in a comparison instead of
     # ``new_failure``, and the comparison records this reason. None: not declared.
@@ -156,6 +158,7 @@ def case_from_json(d: Mapping[str, Any]) -> Case:
     kw["frames"] = tuple(d["frames"]) if isinstance(d.get("frames"), list) else d["frames"]
     kw["tags"] = tuple(d.get("tags", ()))
     kw["requires"] = tuple(d.get("requires", ()))
+    kw["coverage_packages"] = tuple(d.get("coverage_packages", ()))
     kw["replicated"] = tuple(d.get("replicated", ()))
     kw["server"] = ServerSpec.from_json(d["server"]) if d.get("server") is not None else None
     kw["requests"] = tuple(RequestSpec.from_json(r) for r in d.get("requests", ()))

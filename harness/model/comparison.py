@@ -204,6 +204,8 @@ class CaseComparison:
     # When the sides' environments differ: inputs, first divergence and the differences
     # (harness.model.drift); absent from the JSON otherwise.
     drift: Drift | None = None
+    # Diff-aware triage (harness.compare.triage): which of head's changed lines it executed.
+    triage: Mapping[str, Any] | None = None
 
     @property
     def name(self) -> str:
@@ -225,6 +227,7 @@ class CaseComparison:
             "failures": self.failures.to_json(),
             "divergence": self.divergence.to_json(),
             **({"drift": self.drift.to_json()} if self.drift is not None else {}),
+            **({"triage": dict(self.triage)} if self.triage is not None else {}),
         }
 
     @classmethod
@@ -244,6 +247,7 @@ class CaseComparison:
             unstable=d.get("unstable", False),
             reason=d.get("reason"),
             drift=Drift.from_json(d["drift"]) if d.get("drift") else None,
+            triage=d.get("triage"),
         )
 
 
@@ -292,6 +296,7 @@ class Comparison:
     infra_errors: tuple[str, ...] = ()
     env_diff: EnvDiff | None = None  # Python and package versions that differ between sides
     load_errors: tuple[str, ...] = ()  # "side: path: message" for case files that did not load
+    diff: Mapping[str, Any] | None = None  # git diff base..head (harness.compare.diff.ChangeSet)
     schema_version: int = COMPARISON_SCHEMA_VERSION
 
     def counts(self) -> dict[str, int]:
@@ -338,6 +343,7 @@ class Comparison:
             "env_diff": self.env_diff.to_json() if self.env_diff is not None else None,
             "load_errors": list(self.load_errors),
             "cases": [c.to_json() for c in self.cases],
+            **({"diff": dict(self.diff)} if self.diff is not None else {}),
         }
 
     @classmethod
@@ -361,5 +367,6 @@ class Comparison:
             infra_errors=tuple(d.get("infra_errors", [])),
             env_diff=EnvDiff.from_json(d["env_diff"]) if d.get("env_diff") is not None else None,
             load_errors=tuple(d.get("load_errors", [])),
+            diff=d.get("diff"),
             schema_version=d.get("schema_version", COMPARISON_SCHEMA_VERSION),
         )

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from harness.model.coverage import CoverageRecord
 from harness.model.exits import exit_status
 from harness.model.hang import HangDiagnosis
 from harness.model.infra import InfraFinding, infra_only, infrastructure_findings
@@ -292,6 +293,8 @@ class CaseResult:
     # (harness.platforms.policy.Decision), e.g. "latency.on_fail" -> {"value": "warn",
     # "rule": "platform hip default", "source": ".../policy.toml"}.
     policy: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # Line coverage from a dedicated coverage attempt (outside the timed runs); None: not taken.
+    coverage: CoverageRecord | None = None
 
     @property
     def warnings(self) -> tuple[CheckResult, ...]:
@@ -326,6 +329,7 @@ class CaseResult:
             "policy": {k: dict(v) for k, v in self.policy.items()},
             "checks": [c.to_json() for c in self.checks],
             "attempts": [a.to_json() for a in self.attempts],
+            **({"coverage": self.coverage.to_json()} if self.coverage is not None else {}),
         }
 
     @classmethod
@@ -346,6 +350,7 @@ class CaseResult:
             side=d.get("side", "head"),
             identity=d.get("identity"),
             policy=d.get("policy", {}),
+            coverage=CoverageRecord.from_json(d["coverage"]) if d.get("coverage") else None,
         )
 
 
@@ -386,6 +391,8 @@ class RunReport:
     shard: ShardInfo | None = None
     missing: tuple[MissingCase, ...] = ()
     merged_from: tuple[MergedShard, ...] = ()
+    # harness run --changed-since: the cases kept and left out, and why (None: no selection).
+    selection: Mapping[str, Any] | None = None
 
     def counts(self) -> dict[str, int]:
         out = dict.fromkeys(STATUSES, 0)
@@ -418,6 +425,7 @@ class RunReport:
                 if self.infrastructure
                 else {}
             ),
+            **({"selection": dict(self.selection)} if self.selection is not None else {}),
         }
 
     @property
@@ -444,6 +452,7 @@ class RunReport:
             shard=ShardInfo.from_json(d["shard"]) if d.get("shard") else None,
             missing=tuple(MissingCase.from_json(m) for m in d.get("missing", [])),
             merged_from=tuple(MergedShard.from_json(m) for m in d.get("merged_from", [])),
+            selection=d.get("selection"),
         )
 
     @property

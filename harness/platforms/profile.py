@@ -72,6 +72,9 @@ class Profile:
     # first attempt pays for them. None: the harness default (numpy and torch); ``[]`` for a
     # stack that uses neither.
     preimport: tuple[str, ...] | None = None
+    # Packages a coverage attempt measures besides the side's code roots (installed ones the
+    # stack under test ships, e.g. ["diffusers"]).
+    coverage_packages: tuple[str, ...] = ()
 
 
 def _expect(path: Path, key: str, value: Any, types: tuple[type, ...], name: str) -> Any:
@@ -118,6 +121,7 @@ def load_profile(path: Path) -> Profile:
         "arch",
         "policy",
         "preimport",
+        "coverage_packages",
     }
     for key in data:
         if key not in known:
@@ -204,6 +208,12 @@ def load_profile(path: Path) -> Profile:
         for mod in preimport:
             if not (isinstance(mod, str) and _MODULE.fullmatch(mod)):
                 raise ProfileError(f"{path}: key 'preimport' has {mod!r}: expected {expected}")
+    coverage_packages = data.get("coverage_packages", [])
+    expected = "a list of package names, e.g. ['diffusers']"
+    _expect(path, "coverage_packages", coverage_packages, (list,), expected)
+    for mod in coverage_packages:
+        if not (isinstance(mod, str) and _MODULE.fullmatch(mod)):
+            raise ProfileError(f"{path}: key 'coverage_packages' has {mod!r}: expected {expected}")
     return Profile(
         name=name,
         platform=platform,
@@ -222,6 +232,7 @@ def load_profile(path: Path) -> Profile:
         arch=arch,
         policy=policy,
         preimport=tuple(preimport) if preimport is not None else None,
+        coverage_packages=tuple(coverage_packages),
     )
 
 

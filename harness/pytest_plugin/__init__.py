@@ -382,6 +382,11 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
                 f"harness comparison INCOMPLETE (exit {code}): {faults}", red=True
             )
         terminalreporter.write_line(f"comparison: {run_dir / 'comparison.json'}")
+        # the explain page (harness explain) that the comparison wrote, appended as it is
+        explain = run_dir / "explain.md"
+        if explain.is_file():
+            for line in explain.read_text(encoding="utf-8").splitlines():
+                terminalreporter.write_line(line)
         return
     terminalreporter.write_line(f"harness report: {run_dir / 'report.json'}")
 

@@ -40,8 +40,15 @@ def render_comparison(
     summary = comparison_markdown(comparison)
     # imported here: Jinja2, numpy and the reference store stay out of `import harness.cli`
     # and of loading the pytest plugin
+    from harness.report.explain import explain_comparison, side_reports
+    from harness.report.explain_render import explain_html, explain_markdown
     from harness.report.html_compare import render_comparison_html
 
     page = render_comparison_html(comparison, out_dir, references=references)
-    write_text_atomic(out_dir / "summary.md", summary)
+    # the explain page (harness explain) of the comparison, appended to its summary
+    explained = explain_comparison(comparison, side_reports(comparison, out_dir), str(out_dir))
+    explain_md = explain_markdown(explained)
+    write_text_atomic(out_dir / "summary.md", summary.rstrip("\n") + "\n\n" + explain_md)
     write_text_atomic(out_dir / "index.html", page)
+    write_text_atomic(out_dir / "explain.md", explain_md)
+    write_text_atomic(out_dir / "explain.html", explain_html(explained))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from harness.model import CaseComparison, Comparison, fmt_number
 from harness.model.comparison import VERDICTS
+from harness.model.coverage import triage_rank
 from harness.report.markdown import (
     CELL_CHARS,
     DEFAULT_MAX_BYTES,
@@ -190,8 +191,26 @@ def _case_row(c: CaseComparison) -> str:
                 f"{f.head_passed}/{f.head_passed + f.head_failed}"
             ),
             _divergence_md(c),
+            md_text(triage_cell(c), limit=CELL_CHARS * 2),
         ]
     )
+
+
+def triage_cell(c: CaseComparison) -> str:
+    """The short form of a case's diff-aware triage: ``3 of 12 (tinyav/loader.py:88-90)``,
+    ``none of 12``, or why it is not known."""
+    t = c.triage
+    if not t:
+        return "-"
+    status = t.get("status")
+    if status == "executes":
+        n, total = t.get("head_executed", 0), t.get("head_changed", 0)
+        where = t.get("head_where") or t.get("base_where") or ""
+        what = f"{n} of {total}" if n else f"base: {t.get('base_executed', 0)} removed"
+        return f"{what} ({where})" if where else what
+    if status == "none":
+        return f"none of {t.get('head_changed', 0)}"
+    return str(t.get("summary", status))
 
 
 _HEADER = row(
@@ -203,6 +222,7 @@ _HEADER = row(
         "quality",
         "failures (base / head passed)",
         "first divergence",
+        "head's changed lines executed",
     ]
 )
 
@@ -253,7 +273,10 @@ def comparison_markdown(comparison: Comparison, *, max_bytes: int = DEFAULT_MAX_
     for line in [*env_diff_lines(comparison), *drift_lines(comparison)]:
         doc.add(line)
     rank = {v: i for i, v in enumerate(VERDICTS)}
-    ordered = sorted(comparison.cases, key=lambda c: rank.get(c.verdict, -1))
+    # worst verdict first; within a verdict, cases that execute head's change first
+    ordered = sorted(
+        comparison.cases, key=lambda c: (rank.get(c.verdict, -1), triage_rank(c.triage))
+    )
     attention = [c for c in ordered if c.verdict not in _ATTENTION_LAST]
     rest = [c for c in ordered if c.verdict in _ATTENTION_LAST]
     if attention:
@@ -271,14 +294,18 @@ def comparison_markdown(comparison: Comparison, *, max_bytes: int = DEFAULT_MAX_
             doc.force(closing)
         else:
             doc.left_out += len(rest)
-    notes = [c for c in attention if c.reason]
+    notes = [c for c in attention if c.reason or c.triage]
     if notes and not doc.left_out and doc.fits("<details>", 800):
         doc.force("")
         doc.force("<details><summary>why</summary>")
         doc.force("")
         for c in notes:
+            why = "; ".join(
+                x for x in (c.reason, (c.triage or {}).get("summary") and
+                            f"triage: {(c.triage or {}).get('summary')}") if x
+            )  # fmt: skip
             doc.add(
-                f"- {md_code(c.name, table=False)}: {md_text(c.reason, limit=CELL_CHARS * 4)}",
+                f"- {md_code(c.name, table=False)}: {md_text(why, limit=CELL_CHARS * 4)}",
                 Budget.NOTE_RESERVE + 16,
             )
         doc.force("")
@@ -308,4 +335,6 @@ def explain_case_comparison(c: CaseComparison) -> str:
     lines.append(f"latency: {_latency_line(c)}")
     lines.append(f"quality: {_quality_line(c)}")
     lines.append(f"first divergence: {_divergence(c)}")
+    if c.triage:
+        lines.append(f"head's change: {c.triage.get('summary')}")
     return "\n".join(lines)

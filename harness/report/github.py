@@ -316,9 +316,18 @@ def publish_run(
         print(command, file=out or sys.stdout)
 
 
-def append_comparison_summary(comparison: Comparison, environ: Mapping[str, str]) -> str | None:
-    """Append a comparison's summary to ``GITHUB_STEP_SUMMARY``."""
-    return append_step_summary(lambda n: comparison_markdown(comparison, max_bytes=n), environ)
+def append_comparison_summary(
+    comparison: Comparison, environ: Mapping[str, str], explain: str = ""
+) -> str | None:
+    """Append a comparison's summary to ``GITHUB_STEP_SUMMARY``, followed by its explain page
+    (``explain``, as ``summary.md`` has it) where both fit."""
+
+    def text(limit: int) -> str:
+        md = comparison_markdown(comparison, max_bytes=limit)
+        both = md.rstrip("\n") + "\n\n" + explain
+        return both if explain and len(both.encode()) <= limit else md
+
+    return append_step_summary(text, environ)
 
 
 def comparison_commands(
@@ -350,7 +359,9 @@ def publish_comparison(
 ) -> None:
     """The job summary and the annotations of a comparison, where GitHub Actions reads them."""
     env = os.environ if environ is None else environ
-    warning = append_comparison_summary(comparison, env)
+    page = out_dir / "explain.md"  # harness explain's page, written with the comparison
+    explain = page.read_text(encoding="utf-8") if page.is_file() else ""
+    warning = append_comparison_summary(comparison, env, explain)
     if warning:
         print(f"warning: {warning}", file=err or sys.stderr)
     for command in comparison_commands(comparison, out_dir, env):

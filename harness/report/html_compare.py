@@ -22,6 +22,7 @@ from harness.errors import HarnessError
 from harness.fsio import write_text_atomic
 from harness.model import CaseComparison, CaseResult, Comparison, RunReport, fmt_number
 from harness.references.store import ReferenceStore
+from harness.report.comparison_md import triage_cell
 from harness.report.gallery import Gallery, comparison_gallery
 from harness.report.html import duration, environment
 from harness.report.images import ImageFolder
@@ -90,6 +91,7 @@ class CaseCompView:
     stages: tuple[StageView, ...]
     divergence: str
     gallery: Gallery | None
+    triage: str = "-"  # which of head's changed lines it executed (comparison_md.triage_cell)
 
 
 def _points(base: CaseResult | None, head: CaseResult | None) -> dict[str, list[Point]]:
@@ -147,7 +149,9 @@ def render_comparison_html(
             for s in c.latency
         )
         gallery = comparison_gallery(b, h, (base_dir, head_dir), store, folder, f"c{i}")
-        views.append(CaseCompView(f"case-{i}", c, stages, divergence_words(c), gallery))
+        views.append(
+            CaseCompView(f"case-{i}", c, stages, divergence_words(c), gallery, triage_cell(c))
+        )
     summary: Mapping[str, Any] = {
         "counts": {k: v for k, v in comparison.counts().items() if v},
         "duration_s": duration(comparison.started_at, comparison.finished_at),

@@ -26,8 +26,9 @@ import os
 import signal
 import sys
 import traceback
+from contextlib import ExitStack
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from harness.worker import protocol as p
 from harness.worker.isolation import configure as configure_isolation
@@ -97,13 +98,22 @@ def _handle(msg: p.Request) -> p.Reply:
         modules = len(sys.modules)
         from harness.worker.attempt import run_attempt
 
-        with isolated(msg.job) as guard:
-            attempt = run_attempt(msg.job)
-            if _in_forked_child():
-                os._exit(0)  # a target forked and this is the child returning: never answer
-            # Inside the isolation: what the target's finalizers (__del__, weakref.finalize)
-            # change while its garbage is collected is put back, or fails this case.
-            _collect_garbage(imported=len(sys.modules) > modules)
+        covered: dict[str, Any] | None = None
+        with ExitStack() as stack:
+            if msg.job.coverage is not None:
+                # Outside the isolation: the tracer is on before its snapshot and after its
+                # check, so it reads as no change of the process's state.
+                from harness.worker.coverage import measure
+
+                covered = stack.enter_context(measure(msg.job.coverage))
+                modules = len(sys.modules)
+            with isolated(msg.job) as guard:
+                attempt = run_attempt(msg.job)
+                if _in_forked_child():
+                    os._exit(0)  # a target forked and this is the child returning: never answer
+                # Inside the isolation: what the target's finalizers (__del__, weakref.finalize)
+                # change while its garbage is collected is put back, or fails this case.
+                _collect_garbage(imported=len(sys.modules) > modules)
         attempt = guard.apply(attempt)
         return p.AttemptReply(
             nonce=msg.nonce,
@@ -112,6 +122,7 @@ def _handle(msg: p.Request) -> p.Reply:
             index=msg.job.index,
             attempt=attempt.to_json(),
             replace_worker=guard.replace_worker,
+            coverage=covered,
         )
     if isinstance(msg, p.PlatformRequest):
         from harness.platforms import check, resolve_identity

@@ -71,6 +71,9 @@ class AttemptJob:
     # one whose quality checks failed; the tolerances are the platform policy's ``[layers]``.
     explain: bool = False
     layer_tolerances: Mapping[str, Any] | None = None
+    # A coverage attempt (outside the timed rounds): line coverage of these folders and
+    # packages is recorded and sent back with the reply (None: an ordinary attempt).
+    coverage: tuple[str, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -92,6 +95,7 @@ class AttemptJob:
             "references_root": self.references_root,
             "identity": dict(self.identity) if self.identity is not None else None,
             "server_last": self.server_last,
+            "coverage": list(self.coverage) if self.coverage is not None else None,
         }
 
     @classmethod
@@ -113,6 +117,7 @@ class AttemptJob:
             server_last=bool(d.get("server_last", False)),
             explain=bool(d.get("explain", False)),
             layer_tolerances=d.get("layer_tolerances"),
+            coverage=tuple(d["coverage"]) if d.get("coverage") is not None else None,
         )
 
 
@@ -168,6 +173,8 @@ class AttemptReply:
     # The attempt left state behind that cannot be undone: start a new worker after it.
     replace_worker: bool = False
     op: str = "result"
+    # A coverage attempt's executed lines: absolute file -> line numbers (or why none).
+    coverage: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

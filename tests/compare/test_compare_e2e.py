@@ -52,6 +52,7 @@ def compare(
             str(scratch["runs"]),
             "--id",
             head,
+            "--no-coverage",  # tinyav coverage attempts cost seconds; tests/triage covers it
             *extra,
         ],
         cwd=scratch["work"],

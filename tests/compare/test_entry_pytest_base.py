@@ -77,3 +77,6 @@ def test_an_incomplete_comparison_fails_the_session_with_exit_3(tmp_path: Path) 
     assert "missing" in proc.stdout and "the harness failed on every run" in proc.stdout
     assert "new_failure" not in proc.stdout, proc.stdout[-3000:]
     assert " r3 " not in proc.stdout, proc.stdout[-3000:]
+    # the explain page follows the comparison's summary: the missing case, not head's code
+    page = proc.stdout[proc.stdout.index("## harness explain: comparison") :]
+    assert "### 1. `loader/mini[cpu]`: missing" in page, page[:2000]

@@ -192,7 +192,7 @@ def test_comparison_escapes_names_and_reasons_and_keeps_under_its_limit() -> Non
     md = comparison_markdown(comparison(weird))
     rendered = html(md)
     assert "<script>" not in rendered and "<img" not in rendered
-    assert all(len(r) == 7 for r in table_rows(md))
+    assert all(len(r) == 8 for r in table_rows(md))
     many = comparison(*(regression(f"c{i:04d}-{'x' * 60}") for i in range(5000)))
     big = comparison_markdown(many)
     assert len(big.encode()) < STEP_SUMMARY_LIMIT and "**Truncated:**" in big
