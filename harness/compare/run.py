@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.cases import PlanItem, build_plan, load_suite
-from harness.compare.drift import with_drift
 from harness.compare.diff import ChangeSet, changed_lines
+from harness.compare.drift import with_drift
 from harness.compare.envdiff import env_diff, env_differences
 from harness.compare.judge import judge_case
 from harness.compare.latency import LatencySettings, confirm, decide_stages
