@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +26,10 @@ from harness.compare.diff import ChangeSet, changed_lines
 from harness.compare.drift import with_drift
 from harness.compare.envdiff import env_diff, env_differences
 from harness.compare.judge import judge_case
-from harness.compare.latency import LatencySettings, confirm, decide_stages
+from harness.compare.latency import confirm, decide_stages
 from harness.compare.noise import (
-    DEFAULT_MAX_AGE_DAYS,
     NoiseFile,
     calibrate,
-    load_noise,
     noise_dir_for,
     noise_path,
     store_noise,
@@ -39,6 +37,13 @@ from harness.compare.noise import (
 )
 from harness.compare.provenance import check as check_provenance
 from harness.compare.provenance import live_origin
+from harness.compare.request import (
+    CompareRequest,
+    Say,
+    latency_settings,
+    read_calibration,
+    runs_per_round,
+)
 from harness.compare.session import Session
 from harness.compare.sides import incomplete, load_errors, side_spec
 from harness.compare.triage import apply_triage
@@ -59,54 +64,9 @@ from harness.model import (
     SideInfo,
 )
 from harness.model.provenance import code_files
-from harness.platforms.profile import Profile
 from harness.report.comparison_io import render_comparison
 from harness.report.io import write_run
 from harness.worker.envinfo import env_digest
-
-Say = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class CompareRequest:
-    """What to compare and how (everything but the two revisions)."""
-
-    repo: Path = Path(".")
-    case_paths: tuple[Path, ...] = ()
-    keyword: str | None = None
-    case_ids: tuple[str, ...] = ()  # only these cases (by id or display name)
-    platforms: tuple[str, ...] = ()
-    cases_from: str = "working"  # or "head": case files from head's checkout
-    code_roots: tuple[str, ...] = ("targets/tinyav",)  # relative to each checkout
-    out_root: Path = Path("reports")
-    comparison_id: str | None = None
-    profile: Profile = field(default_factory=Profile)
-    references_root: Path | None = Path("references")
-    latency: LatencySettings = field(default_factory=LatencySettings)
-    quality_margins: Mapping[str, float] = field(default_factory=dict)
-    budget_s: float | None = None
-    noise_dir: Path | None = Path("runners/noise")
-    noise_max_age_days: float = DEFAULT_MAX_AGE_DAYS  # older calibration is reported stale
-    python: str | None = None
-    # a coverage attempt per side of every case that is not no_change, for diff-aware triage
-    coverage: bool = True
-    warmup: int = 1  # at least this many warm-up runs per case and side
-    # a fresh pair of workers per round (rounds exchangeable); False: one worker per side
-    worker_per_round: bool = True
-    # measured runs per case, side and round (the round's median is its sample); None: 3 with
-    # a fresh pair per round (start-up amortised), 1 with reused workers
-    runs_per_round: int | None = None
-    argv: tuple[str, ...] = ()
-    progress: Say | None = None
-
-
-def runs_per_round(request: CompareRequest) -> int:
-    """Measured runs per case, side and round: as asked, else 3 with a fresh pair of workers
-    per round (a pair costs seconds to start, a run a fraction of one) and 1 with reused
-    workers."""
-    if request.runs_per_round is not None:
-        return request.runs_per_round
-    return 3 if request.worker_per_round else 1
 
 
 def utc_now() -> str:
@@ -240,23 +200,6 @@ class Live:
     rounds: int
     noise_source: str | None
     calibration: NoiseFile
-
-
-def read_calibration(request: CompareRequest, noise_dir: Path | None) -> NoiseFile:
-    """The runner's calibration from ``noise_dir`` (already resolved away from head's tree),
-    or why there is none."""
-    if noise_dir is None:
-        return uncalibrated("no noise folder (--noise-dir)")
-    return load_noise(
-        noise_path(noise_dir, request.profile.name),
-        runner=request.profile.name,
-        max_age_days=request.noise_max_age_days,
-    )
-
-
-def latency_settings(request: CompareRequest, calibration: NoiseFile) -> LatencySettings:
-    """The request's rule with the calibration's figures and its note."""
-    return replace(request.latency, noise=calibration.figures, calibration_note=calibration.note)
 
 
 def run_live(

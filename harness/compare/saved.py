@@ -21,14 +21,8 @@ from harness.compare.judge import judge_case
 from harness.compare.latency import decide_stages
 from harness.compare.provenance import check as check_provenance
 from harness.compare.provenance import origin_from_env
-from harness.compare.run import (
-    CompareRequest,
-    latency_settings,
-    read_calibration,
-    side_code_files,
-    utc_now,
-    write_comparison,
-)
+from harness.compare.request import CompareRequest, latency_settings, read_calibration
+from harness.compare.run import side_code_files, utc_now, write_comparison
 from harness.compare.sides import incomplete, load_errors
 from harness.compare.triage import apply_triage, saved_changes
 from harness.execution.run import check_run_id, new_run_id
