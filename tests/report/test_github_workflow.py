@@ -30,6 +30,10 @@ EXPRESSIONS = {
     "github.event_name == 'pull_request'": "true",
     "github.event.pull_request.base.sha": "0123456789abcdef0123456789abcdef01234567",
     "github.event.pull_request.number": "42",
+    "github.token": "ghs_sample",
+    "github.run_id": "1234567890",
+    "!cancelled() && github.event_name == 'schedule'": "true",
+    "!cancelled()": "true",
 }
 # Commands of issue #10 part 4 (branch shard-merge): until the CLI has them, their check is an
 # expected failure that says so; once it does, they are parsed like every other command.
