@@ -295,6 +295,23 @@ class ReferenceStore:
             return [str(exc)]
         problems: list[str] = []
         listed: dict[str, str] = {}
+
+        def check_files(
+            key: str, files: Iterable[ReferenceFile], ref: str, plat: str, out: str | None
+        ) -> None:
+            """Each file claimed once, in its entry's own folder, matching its hash."""
+            for f in files:
+                if f.path in listed:
+                    problems.append(f"{f.path}: listed by both {listed[f.path]} and {key}")
+                listed[f.path] = key
+                where = misplaced(ref, plat, out, f.path)
+                if where is not None:
+                    problems.append(f"{key}: {where}")
+                try:
+                    self.verified_path(f)
+                except ReferenceStoreError as exc:
+                    problems.append(f"{key}: {exc}")
+
         for (ref, plat, out), entry in manifest.entries.items():
             if (entry.reference_id, entry.platform_class, entry.output) != (ref, plat, out):
                 problems.append(
@@ -303,29 +320,9 @@ class ReferenceStore:
                 )
             if not entry.files:
                 problems.append(f"{entry.key}: manifest entry lists no files")
-            for f in entry.files:
-                if f.path in listed:
-                    problems.append(f"{f.path}: listed by both {listed[f.path]} and {entry.key}")
-                listed[f.path] = entry.key
-                where = misplaced(ref, plat, out, f.path)
-                if where is not None:
-                    problems.append(f"{entry.key}: {where}")
-                try:
-                    self.verified_path(f)
-                except ReferenceStoreError as exc:
-                    problems.append(f"{entry.key}: {exc}")
+            check_files(entry.key, entry.files, ref, plat, out)
         for (ref, plat), lentry in manifest.layers.items():
-            for f in lentry.files:
-                if f.path in listed:
-                    problems.append(f"{f.path}: listed by both {listed[f.path]} and {lentry.key}")
-                listed[f.path] = lentry.key
-                where = misplaced(ref, plat, None, f.path)
-                if where is not None:
-                    problems.append(f"{lentry.key}: {where}")
-                try:
-                    self.verified_path(f)
-                except ReferenceStoreError as exc:
-                    problems.append(f"{lentry.key}: {exc}")
+            check_files(lentry.key, lentry.files, ref, plat, None)
         for path in _files_under(self.root):
             rel = path.relative_to(self.root).as_posix()
             if rel not in listed:
