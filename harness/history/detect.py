@@ -79,8 +79,9 @@ def _otava() -> Any:
         from otava.analysis import compute_change_points
     except ImportError as exc:
         raise InputError(
-            f"change points need Apache Otava ({exc}): pip install 'harness[history]' "
-            "(or pip install --no-deps apache-otava: its analysis needs only numpy and scipy)"
+            f"change points need Apache Otava ({exc}): pip install --no-deps apache-otava==0.8.0 "
+            "(without its dependencies: their pins would downgrade numpy and scipy, and its "
+            "analysis needs only those two)"
         ) from None
     return compute_change_points
 
