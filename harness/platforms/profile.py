@@ -21,7 +21,7 @@ from typing import Any
 
 from harness.errors import ProfileError
 from harness.model.vocab import MAX_RETRIES, PLATFORMS
-from harness.platforms.policy import validate_table
+from harness.platforms.policy_tables import validate_table
 
 RETRY_CLASSES: tuple[str, ...] = ("infra", "oom", "timeout", "crashed")
 # A runner-class name is a platform class of the reference store (a folder there) and a
