@@ -34,7 +34,7 @@ def compare(media: dict[str, Any], head: str, *extra: str) -> tuple[int, dict[st
         "--repo", str(media["repo"]), "--code-root", "src",
         "--references", str(media["store"]), "--runner", str(REPO / "runners" / "cpu.toml"),
         "--noise-dir", str(media["runs"] / "noise"), "--out", str(media["runs"]),
-        "--id", head, "--rounds", "3", "-q", "--reuse-workers", "--no-coverage", *extra,  # quality
+        "--id", head, "--rounds", "2", "-q", "--reuse-workers", "--no-coverage", *extra,  # quality
     )  # fmt: skip
     path = media["runs"] / head / "comparison.json"
     assert path.is_file(), proc.stderr[-4000:]

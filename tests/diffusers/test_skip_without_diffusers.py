@@ -59,22 +59,6 @@ def test_diffusers_cases_are_skipped_with_the_reason(
     assert "diffusers-ltx2-t2va" in summary and "diffusers-wan-t2v" in summary
 
 
-def test_only_diffusers_cases_selected_is_nothing_ran(
-    python_without_diffusers: str, tmp_path: Path
-) -> None:
-    proc = harness(
-        "run",
-        "cases/diffusers/pipeline.toml",
-        "--out",
-        str(tmp_path),
-        "--run-id",
-        "r",
-        python=python_without_diffusers,
-    )
-    assert proc.returncode == 5, proc.stderr[-3000:]
-    assert "were skipped: requires 'diffusers'" in proc.stderr
-
-
 def test_pytest_harness_reports_them_as_skips(
     python_without_diffusers: str, tmp_path: Path
 ) -> None:
