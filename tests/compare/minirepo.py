@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from gitrepo import commit, git
+
 TARGET = """\
 from harness import probe
 
@@ -32,23 +34,6 @@ threshold = 1999000
 
 # The target uses no torch: its workers do not import it before their first case.
 RUNNER = 'name = "cpu"\nplatform = "cpu"\npreimport = []\n'
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True
-    ).stdout.strip()
-
-
-def commit(repo: Path, message: str, files: dict[str, str]) -> str:
-    """Write ``files`` (path relative to the repository -> text) and commit them; the sha."""
-    for rel, text in files.items():
-        path = repo / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", message)
-    return git(repo, "rev-parse", "HEAD")
 
 
 def make_mini(root: Path) -> Path:

@@ -15,6 +15,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from gitrepo import commit, git
+
 REPO = Path(__file__).resolve().parents[2]
 
 TARGET = """\
@@ -55,21 +57,6 @@ on_fail = "warn"
 [budgets.mini]  # sized by hand
 work = 0.02
 """
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True
-    ).stdout.strip()
-
-
-def commit(repo: Path, message: str, files: dict[str, str]) -> str:
-    for rel, text in files.items():
-        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-        (repo / rel).write_text(text)
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", message)
-    return git(repo, "rev-parse", "HEAD")
 
 
 def harness_run(repo: Path, out: Path, run_id: str) -> subprocess.CompletedProcess[str]:

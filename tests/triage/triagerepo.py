@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gitrepo import git
+
 LOADER = """\
 def load(n):
     total = 0
@@ -95,12 +97,6 @@ timeout_s = 60
 """
 
 RUNNER = 'name = "cpu"\nplatform = "cpu"\npreimport = []\n[retry]\nretries = 0\n'
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True
-    ).stdout.strip()
 
 
 def make_repo(root: Path) -> dict[str, Path]:
