@@ -9,8 +9,9 @@ from typing import Any
 
 from harness.errors import InputError, UsageError
 from harness.model import RunReport, exit_code
-from harness.report.io import read_shard_reports, write_run
+from harness.report.io import write_run
 from harness.report.merge import copy_outputs, merge_reports
+from harness.report.shard_io import read_shard_reports
 
 MERGE_EXAMPLE = """\
 examples:

@@ -7,10 +7,7 @@ Every file is written under a temporary name and renamed, so a reader never sees
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from harness.errors import ReportFormatError
 from harness.fsio import write_json_atomic, write_text_atomic
@@ -76,42 +73,3 @@ def read_report(path: Path) -> RunReport:
         return RunReport.from_json(doc)
     except (KeyError, TypeError, ValueError) as exc:
         raise ReportFormatError(f"{path}: malformed report: missing or bad {exc}") from exc
-
-
-def read_shard_reports(paths: Sequence[Path]) -> list[RunReport]:
-    """The shard reports at ``paths`` (files or run folders), as :func:`read_report` reads
-    them, but each distinct plan validated and parsed once: the shards of one plan carry the
-    same plan (every case, 5,000 in a fleet of 100 shards of 50), and checking it a hundred
-    times was most of a merge."""
-    out: list[RunReport] = []
-    seen: tuple[list[Any], RunReport] | None = None
-    for path in paths:
-        stubbed: list[list[Any]] = []
-        known = seen[0] if seen is not None else None
-
-        def validate(doc: Any, stubbed: list[list[Any]] = stubbed, known: Any = known) -> None:
-            shard = doc.get("shard") if isinstance(doc, dict) else None
-            if isinstance(shard, dict) and known is not None and shard.get("plan") == known:
-                stubbed.append(shard["plan"])
-                doc["shard"] = dict(shard, plan=[])  # equal to a plan checked already
-            validate_report(doc)
-
-        doc = read_document(
-            path,
-            file_name="report.json",
-            noun="report",
-            version=SCHEMA_VERSION,
-            redo="re-run the cases with this harness version",
-            validate=validate,
-        )
-        try:
-            report = RunReport.from_json(doc)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ReportFormatError(f"{path}: malformed report: missing or bad {exc}") from exc
-        if stubbed and seen is not None and report.shard is not None:
-            assert seen[1].shard is not None
-            report = replace(report, shard=replace(report.shard, plan=seen[1].shard.plan))
-        elif report.shard is not None and report.shard.plan:
-            seen = (doc["shard"]["plan"], report)
-        out.append(report)
-    return out

@@ -13,7 +13,7 @@ import pytest
 from harness.errors import ReportFormatError
 from harness.model import STATUSES, Attempt, CaseResult, CheckResult, ErrorInfo, RunReport
 from harness.model.hang import HangDiagnosis, ProcessDiagnosis
-from harness.report.schema import load_report_schema, validate_report
+from harness.report.schema import _fast_validator, load_report_schema, validate_report
 from harness.worker.envinfo import ENV_KEYS, collect_env
 
 
@@ -216,6 +216,8 @@ def test_mutations_are_rejected_naming_the_path(
     mutate(bad)
     message = _rejected(bad)
     assert f"report: {path}:" in message
+    fast = _fast_validator()  # the compiled check refuses it too, never passing it alone
+    assert fast is not None and fast(doc) and not fast(bad)
 
 
 def test_env_is_open(doc: dict[str, Any]) -> None:
