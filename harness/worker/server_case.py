@@ -4,10 +4,13 @@ is ready, send the requests, take their outputs, stop the server, read its perf 
 The server runs in a process group of its own (``start_new_session``), with its output in
 ``<attempt output>/server/server.log`` and ``HARNESS_PERF_LOG`` naming
 ``<attempt output>/server/perf``. Start-up is the stage ``server.startup`` (seconds until
-ready), each request the stage ``server.request`` (as the client saw it). Readiness is polled
-with backoff (10 ms doubling to 50 ms); a server that exits first fails the attempt at once
-with its exit code or signal and the last 200 lines of its log. On a timeout (not ready in time,
-a request without an answer) the server's tree is diagnosed before it is stopped
+ready), each request the stage ``server.request`` (as the client saw it), the stop after the
+last request ``server.stop``. Each answer's outputs are written, hashed and scanned on a
+thread of their own while the next request is in flight
+(:class:`harness.worker.server_answers.Outputs`). Readiness is polled with backoff (10 ms
+doubling to 50 ms); a server that exits first fails the attempt at once with its exit code or
+signal and the last 200 lines of its log. On a timeout (not ready in time, a request without an
+answer) the server's tree is diagnosed before it is stopped
 (:mod:`harness.worker.hang_diagnosis`: every process's rank, stacks, CPU, log growth, under one
 10 s deadline); the record goes to the attempt (``Attempt.hang``). Stopping sends SIGTERM to the
 group, waits ``stop_timeout_s`` for every process of it to end, then SIGKILLs what is left and
@@ -25,7 +28,6 @@ accumulate (as a stage entered twice does) and fingerprints and outputs are pref
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import tempfile
@@ -38,11 +40,12 @@ from harness import probe
 from harness.model import Case
 from harness.model.hang import HangDiagnosis
 from harness.model.provenance import CHECKOUT_ENV, TARGET_FILE
-from harness.model.server import OutputSpec, RequestSpec, ServerSpec
+from harness.model.server import RequestSpec, ServerSpec
 from harness.worker import server_pool
 from harness.worker.case_errors import ServerError
 from harness.worker.command_file import command_file
 from harness.worker.hang_diagnosis import diagnose
+from harness.worker.server_answers import Outputs
 from harness.worker.server_perf import note_code_files, record_perf_log
 from harness.worker.server_process import (
     _HOST,
@@ -58,48 +61,6 @@ from harness.worker.server_process import (
 # in ``harness.target_file``).
 COMMAND_FILE = "server.command." + TARGET_FILE
 BODY_CHARS = 2000
-
-
-def _field(answer: Any, dotted: str) -> Any:
-    value = answer
-    for part in dotted.split("."):
-        if isinstance(value, dict) and part in value:
-            value = value[part]
-        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
-            value = value[int(part)]
-        else:
-            raise KeyError(part)
-    return value
-
-
-def _output_bytes(value: Any, spec: OutputSpec) -> bytes:
-    if spec.decode == "json":
-        return json.dumps(value, indent=1).encode()
-    if not isinstance(value, str):
-        raise ValueError(f"expected a string, got {type(value).__name__}")
-    if spec.decode == "text":
-        return value.encode()
-    return base64.b64decode(value, validate=True)
-
-
-def _take_outputs(i: int, req: RequestSpec, answer: Any, prefix: str) -> None:
-    for name, spec in req.outputs.items():
-        try:
-            data = _output_bytes(_field(answer, spec.field), spec)
-            meta: dict[str, Any] = {
-                k: _field(answer, v) if isinstance(v, str) else v for k, v in spec.meta.items()
-            }
-        except (KeyError, ValueError, TypeError) as e:
-            keys = sorted(answer) if isinstance(answer, dict) else type(answer).__name__
-            raise ServerError(
-                "failed",
-                "ServerAnswerMissingOutput",
-                f"request #{i} ({req.path}): output '{name}' (field '{spec.field}' decoded as "
-                f"{spec.decode}, meta {dict(spec.meta)}) is not in the answer "
-                f"({type(e).__name__}: {e}); the answer's keys: {keys}",
-            ) from None
-        with probe.output_file(f"{prefix}{name}", spec.suffix, **meta, kind=spec.kind) as path:
-            path.write_bytes(data)
 
 
 def _send(client: Any, server: Server, port: int, i: int, req: RequestSpec, rid: str) -> Any:
@@ -299,16 +260,22 @@ def run_server_case(
     probe.note("server.log", str(server.log))
     several = len(case.requests) > 1
     ids: dict[str, str] = {}
+    answers = Outputs()
     try:
         import httpx
 
-        with httpx.Client(trust_env=False, timeout=spec.request_timeout_s) as client:
-            for i, req in enumerate(case.requests):
-                prefix = f"r{i}." if several else ""
-                rid = str(req.json.get("request_id") or f"{tag}-{i}")
-                ids[rid] = prefix
-                answer = _send(client, server, port, i, req, rid)
-                _take_outputs(i, req, answer, prefix)
+        try:
+            with httpx.Client(trust_env=False, timeout=spec.request_timeout_s) as client:
+                for i, req in enumerate(case.requests):
+                    prefix = f"r{i}." if several else ""
+                    rid = str(req.json.get("request_id") or f"{tag}-{i}")
+                    ids[rid] = prefix
+                    answer = _send(client, server, port, i, req, rid)
+                    answers.take(i, req, answer, prefix)
+        except BaseException:
+            answers.finish(errors=False)  # the request's error is the attempt's
+            raise
+        answers.finish()
     except ServerError as exc:
         # A shared server that still runs and answered (a 500, a missing output) stays up
         # for the next case; a timed-out or dead one is stopped.
@@ -325,7 +292,8 @@ def run_server_case(
     if spec.name is not None and not last_use:
         record_perf_log(perf, ids)
         return
-    left = server.stop(spec.stop_timeout_s)
+    with probe.stage("server.stop"):
+        left = server.stop(spec.stop_timeout_s)
     _forget(spec)
     probe.note("server.exit_code", server.proc.returncode)
     record_perf_log(perf, ids)

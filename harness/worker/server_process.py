@@ -215,20 +215,26 @@ class Server:
 
     def stop(self, grace_s: float) -> dict[int, str]:
         """SIGTERM to the group; after ``grace_s`` SIGKILL to what is left of it. Returns the
-        processes that were still alive then (pid -> command line), killed and reaped."""
+        processes that were still alive then (pid -> command line), killed and reaped.
+
+        The leader is waited for first (a blocking wait, no work while it shuts down); the
+        group is listed (a walk over /proc) only once it has exited, then with backoff until
+        the group is empty. Listing it every 20 ms from the SIGTERM on took ~0.7 s of CPU
+        per stop on a loaded 2-core machine, in competition with the server's own exit."""
         pgid = self.proc.pid
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=grace_s)
         members = group_members(pgid)
-        while time.monotonic() < deadline:
-            self.proc.poll()
-            members = group_members(pgid)
-            if self.proc.returncode is not None and not members:
-                break
+        delay = _POLL_FIRST_S
+        while members and time.monotonic() < deadline:
             # Descendants reparented to the worker (a subreaper) are its children to reap.
             _reap(list(group_members(pgid, zombies=True)), block=False)
-            time.sleep(0.02)
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, _POLL_CAP_S)
+            members = group_members(pgid)
         self.proc.poll()
         left = dict(members)
         if self.proc.returncode is None:
