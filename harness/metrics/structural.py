@@ -28,6 +28,7 @@ numerator term before the same constant is added).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -47,9 +48,11 @@ __all__ = ["SSIM", "ssim"]
 #: convolution over 8 * colours channels; both fill AVX2's 8 float32 lanes.
 _PHASES = 8
 #: Input elements (pixels x channels) of one map per convolution call: a 768x512 RGB frame goes
-#: in bands of row blocks with the window's halo, so that a band's maps stay in cache; many small
-#: frames share one call (per-call cost, not arithmetic, is what a 32x32 frame costs).
-_BAND_ELEMS = 1 << 20
+#: in bands of row blocks with the window's halo, so that a band's maps stay in cache and the
+#: convolutions' outputs are small enough for malloc to recycle (at 2**20 they came from fresh
+#: pages: ~3,000 page faults a frame); many small frames share one call (per-call cost, not
+#: arithmetic, is what a 32x32 frame costs).
+_BAND_ELEMS = 1 << 19
 #: Elements per map in one chunk of the SSIM arithmetic, so its temporaries stay in L2.
 _CHUNK_ELEMS = 1 << 16
 
@@ -90,24 +93,32 @@ def _reach(win: int) -> int:
 
 
 def _centres(x: np.ndarray) -> np.ndarray:
-    """Per frame and channel of ``[n, h, w, c]``, about the mean (from every 4th row and
-    column), as float32 ``[n, c]``; a whole number for integer data, so centred integer
-    pixels, their squares and products stay exact in float32."""
-    mean = x[:, ::4, ::4].mean(axis=(1, 2), dtype=np.float64)
+    """Per frame and channel of ``[n, h, w, c]``, about the mean (from every 8th row and
+    column: any centre near the data works), as float32 ``[n, c]``; a whole number for integer
+    data, so centred integer pixels, their squares and products stay exact in float32."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        mean = x[:, ::8, ::8].mean(axis=(1, 2), dtype=np.float64)
     if x.dtype.kind in "ui":
         mean = np.round(mean)
     return mean.astype(np.float32)
 
 
-def _maps(x: np.ndarray, y: np.ndarray, blocks: int) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
-    """``[4, n, blocks, w, c, P]`` float32 maps ``x``, ``y``, ``x*x + y*y`` and ``x*y``, each
-    frame centred on its own per-channel centre, with row ``P*b + i`` at block ``b``, phase
-    ``i`` (rows past the input's end are 0); and the centres of ``x`` and ``y`` (``[n, c]``)."""
+def _maps(
+    x: np.ndarray,
+    y: np.ndarray,
+    centres: tuple[np.ndarray, np.ndarray],
+    blocks: int,
+    workspace: torch.Tensor,
+) -> torch.Tensor:
+    """``[4, n, blocks, w, c, P]`` float32 maps ``x``, ``y``, ``x*x + y*y`` and ``x*y`` in
+    ``workspace``, each frame less its per-channel centre (``[n, c]``), with row ``P*b + i``
+    at block ``b``, phase ``i`` (rows past the input's end are 0)."""
     import torch
 
     n, h, w, c = x.shape
     p = _PHASES
-    maps = torch.empty((4, n, blocks, w, c, p), dtype=torch.float32)
+    # Reused between bands: a fresh 16 MB tensor paid ~2 ms of page faults.
+    maps = workspace[: 4 * n * blocks * w * c * p].view(4, n, blocks, w, c, p)
     full, rest = divmod(min(h, blocks * p), p)
     maps[:2, :, full + (rest > 0) :] = 0  # rows past the input's end
     if rest:
@@ -115,8 +126,7 @@ def _maps(x: np.ndarray, y: np.ndarray, blocks: int) -> tuple[torch.Tensor, np.n
     # numpy converts and centres in one pass (float64 input is centred before rounding). A
     # frame holding NaN or inf comes out NaN, as it should: no warning for what is intended.
     with np.errstate(invalid="ignore", over="ignore"):
-        cx, cy = _centres(x), _centres(y)
-        for src, centre, dst in ((x, cx, maps[0]), (y, cy, maps[1])):
+        for src, centre, dst in ((x, centres[0], maps[0]), (y, centres[1], maps[1])):
             # [n, blocks, P, w, c] view of the phase-last maps: the inner w*c loop is one
             # long strided loop for numpy (over channels it was 3 long and ~10x slower).
             out = dst.numpy().transpose(0, 1, 4, 2, 3)
@@ -139,10 +149,11 @@ def _maps(x: np.ndarray, y: np.ndarray, blocks: int) -> tuple[torch.Tensor, np.n
                     casting="unsafe",
                 )
     mx, my, sq, xy = maps.unbind(0)
-    torch.mul(mx, my, out=xy)
+    torch.mul(my, my, out=xy)
     torch.mul(mx, mx, out=sq)
-    sq.add_(my * my)  # not addcmul: a fused multiply-add would break x*x + x*x == 2*x*x
-    return maps, cx, cy
+    sq.add_(xy)  # not addcmul: a fused multiply-add would break x*x + x*x == 2*x*x
+    torch.mul(mx, my, out=xy)
+    return maps
 
 
 def _filter_valid(
@@ -205,6 +216,8 @@ def _constants(
 def _ssim_sums(
     p: np.ndarray,
     t: np.ndarray,
+    centres: tuple[np.ndarray, np.ndarray],
+    workspace: torch.Tensor,
     blocks: int,
     valid_rows: int,
     weights: tuple[torch.Tensor, torch.Tensor],
@@ -212,16 +225,17 @@ def _ssim_sums(
     c2: float,
 ) -> torch.Tensor:
     """Sum of the SSIM map over the first ``valid_rows`` rows (``blocks`` output row blocks)
-    of each frame and channel of ``[n, h, w, c]`` frames, float64 ``[n, c]``."""
+    of each frame and channel of ``[n, h, w, c]`` frames, float64 ``[n, c]``; ``centres``:
+    each frame's centres (see :func:`_maps`)."""
     import torch
 
     n, c = p.shape[0], p.shape[3]
     kb = _reach(weights[1].shape[-1])
-    maps, cxn, cyn = _maps(p, t, blocks + kb - 1)
+    maps = _maps(p, t, centres, blocks + kb - 1, workspace)
     f = _filter_valid(maps.flatten(0, 1), weights, c)
     f = f.view(4, n, *f.shape[1:])  # [4, n, blocks, wo, c, P]
     wo = f.shape[3]
-    consts = _constants(cxn, cyn, c1, (n, 1, wo, c, _PHASES))
+    consts = _constants(*centres, c1, (n, 1, wo, c, _PHASES))
     per = max(1, _CHUNK_ELEMS // (n * wo * c * _PHASES))
     rows = torch.empty((n, blocks, c, _PHASES), dtype=torch.float64)
     for top in range(0, blocks, per):
@@ -326,13 +340,29 @@ def _ssim_frames(
             for top in range(0, blocks, band)
         ]
 
+    cx, cy = _centres(p), _centres(t)
+    size = max(
+        4 * (hi - lo) * (bottom - top + halo) * _PHASES * w * c for lo, hi, top, bottom in items
+    )
+    local = threading.local()  # one workspace per worker thread, reused for its items
+
     def one_item(item: tuple[int, int, int, int]) -> torch.Tensor:
         lo, hi, top, bottom = item
         first, end = top * _PHASES, (bottom + halo) * _PHASES
         valid = min(bottom * _PHASES, ho) - first
         with torch.inference_mode():
+            if getattr(local, "workspace", None) is None:
+                local.workspace = torch.empty(size, dtype=torch.float32)
             return _ssim_sums(
-                p[lo:hi, first:end], t[lo:hi, first:end], bottom - top, valid, weights, c1, c2
+                p[lo:hi, first:end],
+                t[lo:hi, first:end],
+                (cx[lo:hi], cy[lo:hi]),
+                local.workspace,
+                bottom - top,
+                valid,
+                weights,
+                c1,
+                c2,
             )
 
     totals = torch.zeros((n, c), dtype=torch.float64)
