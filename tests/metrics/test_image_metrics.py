@@ -286,7 +286,9 @@ def test_ssim_of_a_frame_in_bands_equals_it_whole(
     whole = metrics.ssim(test, ref)
     expected = [sk_ssim(test[i], ref[i]) for i in range(2)]
     np.testing.assert_allclose(whole, expected, atol=SSIM_TOL, rtol=0)
-    for rows in (1, 2, 7, 50):  # output rows per band: a band's elements are (rows + 10)*37*3
+    # Bands are whole 8-row blocks: these make bands of 1 block (rows 1, 2, 7) and 5 blocks
+    # (rows 50) of the 7 a frame has, the last band short and its last block 5/8 padding.
+    for rows in (1, 2, 7, 50):
         monkeypatch.setattr(structural, "_BAND_ELEMS", (rows + 10) * 37 * 3)
         for workers in (1, 2):
             banded = metrics.ssim(test, ref, workers=workers)
