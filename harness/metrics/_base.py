@@ -184,6 +184,17 @@ def identical_frames(p: np.ndarray, t: np.ndarray) -> np.ndarray:
     n = p.shape[0]
     if not n:
         return np.zeros(0, dtype=bool)
+    if (
+        p.dtype == t.dtype
+        and p.dtype.kind in "ui"
+        and p.flags.c_contiguous
+        and t.flags.c_contiguous
+        and p.nbytes % (8 * n) == 0
+    ):
+        # Integers are equal exactly when their bytes are: compare 8 bytes at a time (~3x
+        # faster on uint8 video). Floats compare by value (NaN != NaN, 0.0 == -0.0).
+        a, b = p.reshape(n, -1).view(np.uint64), t.reshape(n, -1).view(np.uint64)
+        return np.asarray((a == b).all(axis=1), dtype=bool)
     return np.asarray((p == t).reshape(n, -1).all(axis=1), dtype=bool)
 
 

@@ -8,8 +8,10 @@ with an infinite difference ``-math.inf`` and one with NaN ``nan``.
 Differences are taken in float64 in cache-sized chunks (64 Ki elements, 512 KiB) into one
 reused buffer: on uint8 video this is memory-bound, and staying in L2 was ~5x faster than
 whole-frame temporaries. For 8/16-bit integer inputs every square and every sum is an integer
-below 2**53, so the results are exact. Pure numpy, single-threaded: no OpenMP barriers to
-stall on a busy CI runner.
+below 2**53, so the results are exact. Frames of 8-bit video (both sides uint8, or both int8)
+take a faster exact path: int16 differences and float32 rows of 256 summed by BLAS (see
+:func:`_byte_frame_sum`). Pure numpy, single-threaded: no OpenMP barriers to stall on a busy
+CI runner.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ __all__ = ["MAE", "PSNR", "MaxAbs", "mae", "max_abs", "psnr"]
 Reduction = Literal["sum_sq", "sum_abs", "max_abs"]
 
 _CHUNK = 1 << 16
+#: Values per exact float32 row sum of 8-bit differences (see :func:`_byte_frame_sum`).
+_ROW = 256
+_BYTES = (np.dtype(np.uint8), np.dtype(np.int8))
 
 
 def _per_frame_diff(p: np.ndarray, t: np.ndarray, how: Reduction) -> np.ndarray:
@@ -40,6 +45,10 @@ def _per_frame_diff(p: np.ndarray, t: np.ndarray, how: Reduction) -> np.ndarray:
     if not differ.size:
         return out
     size = int(np.prod(p.shape[1:]))
+    if how != "max_abs" and p.dtype == t.dtype and p.dtype in _BYTES and size > _CHUNK:
+        for i in differ:
+            out[i] = _byte_frame_sum(p[i].reshape(-1), t[i].reshape(-1), how)
+        return out
     buf = np.empty(_CHUNK, dtype=np.float64)
     if size <= _CHUNK:
         a = p.reshape(n, size)
@@ -70,6 +79,33 @@ def _per_frame_diff(p: np.ndarray, t: np.ndarray, how: Reduction) -> np.ndarray:
                     break
         out[i] = acc
     return out
+
+
+def _byte_frame_sum(a: np.ndarray, b: np.ndarray, how: Reduction) -> float:
+    """Sum of ``(a - b)**2`` or ``|a - b|`` over two flat 8-bit integer frames, exactly.
+
+    Differences of 8-bit integers fit int16, their squares (<= 65,025) float32, and a row of
+    256 of them sums to at most 16,646,400 < 2**24: every partial sum of a row is an integer
+    float32 holds exactly, in whatever order BLAS adds it, and the row sums add up in float64
+    (exact below 2**53). ~2x faster than float64 differences.
+    """
+    diff = np.empty(_CHUNK, dtype=np.int16)
+    vals = np.zeros(_CHUNK, dtype=np.float32)  # a short last chunk's tail row stays 0
+    ones = np.ones(_ROW, dtype=np.float32)
+    acc = 0.0
+    for start in range(0, a.size, _CHUNK):
+        n = min(_CHUNK, a.size - start)
+        d = diff[:n]
+        np.subtract(a[start : start + n], b[start : start + n], out=d, dtype=np.int16)
+        v = vals[: -(-n // _ROW) * _ROW]
+        v[:n] = d
+        v[n:] = 0.0
+        if how == "sum_sq":
+            np.multiply(v, v, out=v)
+        else:
+            np.abs(v, out=v)
+        acc += float((v.reshape(-1, _ROW) @ ones).sum(dtype=np.float64))
+    return acc
 
 
 def _reduce_rows(d: np.ndarray, how: Reduction) -> np.ndarray:

@@ -6,24 +6,29 @@ data_range=255, channel_axis=-1)``: an 11x11 Gaussian window (sigma 1.5, truncat
 sigma), K1 = 0.01, K2 = 0.03, the SSIM map averaged over the pixels at least half a window
 from the border, then over channels. Per frame it agrees with scikit-image to ~1e-8.
 
-Why it is fast: scikit-image filters five whole float64 images per channel with edge
-reflection and then crops the border away. Only the cropped pixels count, so we filter the
-*valid* region directly, in float32, and only four maps: ``x``, ``y``, ``x*x + y*y`` and
-``x*y`` (SSIM needs ``var(x) + var(y)``, never each alone). The four maps of a frame (or of a
-batch of small frames) go through one depthwise convolution per direction, channels last, which
-oneDNN vectorises over the colour channels; a per-pixel Python-free shift-and-add did ~3x the
-memory traffic. The SSIM arithmetic then runs on contiguous row chunks of the filtered maps,
-small enough to stay in cache. Each frame and channel is centred on its own mean first (a
-whole number for integer data, so the maps stay exact), which keeps float32 cancellation in
-``E[x^2] - E[x]^2`` small: a flat frame has exactly zero variance, as in float64. A
-frame equal to its reference element for element is 1.0 without filtering: with ``x == y``
-every term of the SSIM quotient has a numerator equal to its denominator, bit for bit in this
-arithmetic too (``x*x + y*y`` is ``2*x*x``, and every later term of the denominator is twice
-the matching numerator term before the same constant is added).
+Why it is fast: scikit-image filters five whole float64 images per channel with edge reflection
+and then crops the border away. Only the cropped pixels count, so we filter the *valid* region
+directly, in float32, and only four maps: ``x``, ``y``, ``x*x + y*y`` and ``x*y`` (SSIM needs
+``var(x) + var(y)``, never each alone). Each map holds every 8 rows of a frame as one row
+block, the 8 rows interleaved as the innermost axis (``[blocks, w, c, 8]``): then the vertical
+pass is one dense 8 -> 8 channel convolution over row blocks (a polyphase filter, 3 blocks
+tall) and the horizontal pass a depthwise one over the 8 phases (dilated by the colour count),
+both filling AVX2's 8 float32 lanes in oneDNN; with the 3 colours as the only channels (the
+previous layout) most lanes idled and the passes took ~3x as long. The SSIM arithmetic then
+runs on contiguous chunks of row blocks, small enough to stay in cache, with every per-channel
+constant laid out as a whole row of the maps (a 3-long broadcast made each op ~5x slower). Each
+frame and channel is centred on its own mean first (a whole number for integer data, so the
+maps stay exact), which keeps float32 cancellation in ``E[x^2] - E[x]^2`` small: a flat frame
+has exactly zero variance, as in float64. A frame equal to its reference element for element is
+1.0 without filtering: with ``x == y`` every term of the SSIM quotient has a numerator equal to
+its denominator, bit for bit in this arithmetic too (``x*x + y*y`` is ``2*x*x``, and every
+later term of the denominator is twice the matching numerator term before the same constant is
+added).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -38,9 +43,14 @@ if TYPE_CHECKING:
 
 __all__ = ["SSIM", "ssim"]
 
-#: Elements (pixels x channels) per convolution call: a 768x512 RGB frame goes in three bands
-#: of rows, each with its window's halo (whole-frame calls measured ~1.5x slower: their
-#: 20 MB of maps fall out of cache); many small frames share one call (per-call cost, not
+#: Rows of a frame interleaved into one row block (see the module docstring): the vertical
+#: pass is a dense 8 -> 8 channel convolution over blocks, the horizontal one a depthwise
+#: convolution over the 8 phases; both fill AVX2's 8 float32 lanes.
+_PHASES = 8
+#: Input elements (pixels x channels) of one map per convolution call: a 768x512 RGB frame goes
+#: in bands of row blocks with the window's halo, so that a band's maps stay in cache and the
+#: convolutions' outputs are small enough for malloc to recycle (at 2**20 they came from fresh
+#: pages: ~3,000 page faults a frame); many small frames share one call (per-call cost, not
 #: arithmetic, is what a 32x32 frame costs).
 _BAND_ELEMS = 1 << 19
 #: Elements per map in one chunk of the SSIM arithmetic, so its temporaries stay in L2.
@@ -55,108 +65,188 @@ def _gaussian_taps(sigma: float, truncate: float) -> list[float]:
     return [float(v) for v in g / g.sum()]
 
 
-def _windows(taps: list[float], channels: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The vertical and horizontal depthwise conv weights of the separable window."""
+def _weights(taps: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The vertical (polyphase, ``[P, P, kb, 1]``) and horizontal (depthwise, ``[P, 1, 1, win]``)
+    conv weights of the separable window."""
     import torch
 
+    p, win = _PHASES, len(taps)
+    kb = _reach(win)
+    # Output row P*b + j of a block takes input rows P*b + j .. P*b + j + win - 1, i.e. phase
+    # i of block b + t with weight taps[P*t + i - j] where that index is inside the window.
+    poly = np.zeros((p, p, kb), dtype=np.float64)
+    for j in range(p):
+        for i in range(p):
+            for t in range(kb):
+                d = p * t + i - j
+                if 0 <= d < win:
+                    poly[j, i, t] = taps[d]
+    vertical = torch.tensor(poly, dtype=torch.float32).view(p, p, kb, 1)
     k = torch.tensor(taps, dtype=torch.float32)
-    vertical = k.view(1, 1, -1, 1).expand(channels, 1, len(taps), 1).contiguous()
-    horizontal = k.view(1, 1, 1, -1).expand(channels, 1, 1, len(taps)).contiguous()
+    horizontal = k.view(1, 1, 1, -1).expand(p, 1, 1, win).contiguous()
     return vertical, horizontal
 
 
+def _reach(win: int) -> int:
+    """Input row blocks one output row block reads (its own and the ones below)."""
+    return 1 + (_PHASES + win - 2) // _PHASES
+
+
 def _centres(x: np.ndarray) -> np.ndarray:
-    """Per frame and channel of ``[n, h, w, c]``, about the mean (from every 4th row and
-    column), as float32 ``[n, 1, 1, c]``; a whole number for integer data, so centred integer
-    pixels, their squares and products stay exact in float32."""
-    mean = x[:, ::4, ::4].mean(axis=(1, 2), keepdims=True, dtype=np.float64)
+    """Per frame and channel of ``[n, h, w, c]``, about the mean (from every 8th row and
+    column: any centre near the data works), as float32 ``[n, c]``; a whole number for integer
+    data, so centred integer pixels, their squares and products stay exact in float32."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        mean = x[:, ::8, ::8].mean(axis=(1, 2), dtype=np.float64)
     if x.dtype.kind in "ui":
         mean = np.round(mean)
     return mean.astype(np.float32)
 
 
-def _maps(x: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``[4, n, h, w, c]`` float32 maps: ``x``, ``y``, ``x*x + y*y`` and ``x*y`` after taking
-    each frame's centre off, and the centres of ``x`` and ``y`` (``[n, 1, 1, c]``)."""
+def _maps(
+    x: np.ndarray,
+    y: np.ndarray,
+    centres: tuple[np.ndarray, np.ndarray],
+    blocks: int,
+    workspace: torch.Tensor,
+) -> torch.Tensor:
+    """``[4, n, blocks, w, c, P]`` float32 maps ``x``, ``y``, ``x*x + y*y`` and ``x*y`` in
+    ``workspace``, each frame less its per-channel centre (``[n, c]``), with row ``P*b + i``
+    at block ``b``, phase ``i`` (rows past the input's end are 0)."""
     import torch
 
-    maps = torch.empty((4, *x.shape), dtype=torch.float32)
-    mx, my, sq, xy = maps.unbind(0)
+    n, h, w, c = x.shape
+    p = _PHASES
+    # Reused between bands: a fresh 16 MB tensor paid ~2 ms of page faults.
+    maps = workspace[: 4 * n * blocks * w * c * p].view(4, n, blocks, w, c, p)
+    full, rest = divmod(min(h, blocks * p), p)
+    maps[:2, :, full + (rest > 0) :] = 0  # rows past the input's end
+    if rest:
+        maps[:2, :, full, :, :, rest:] = 0
     # numpy converts and centres in one pass (float64 input is centred before rounding). A
     # frame holding NaN or inf comes out NaN, as it should: no warning for what is intended.
     with np.errstate(invalid="ignore", over="ignore"):
-        cx, cy = _centres(x), _centres(y)
-        n, h, w, c = x.shape
-        for src, centre, dst in ((x, cx, mx), (y, cy, my)):
-            # A whole row of centres: broadcasting over rows keeps numpy's inner loop w*c long
-            # (over channels it was 3 long and ~10x slower).
-            row = np.broadcast_to(centre, (n, 1, w, c)).reshape(n, 1, w * c)
-            np.subtract(
-                src.reshape(n, h, w * c),
-                row,
-                out=dst.numpy().reshape(n, h, w * c),
-                casting="unsafe",
+        for src, centre, dst in ((x, centres[0], maps[0]), (y, centres[1], maps[1])):
+            # [n, blocks, P, w, c] view of the phase-last maps: the inner w*c loop is one
+            # long strided loop for numpy (over channels it was 3 long and ~10x slower).
+            out = dst.numpy().transpose(0, 1, 4, 2, 3)
+            # A whole row of centres: broadcasting a [c] vector over w is a 3-long loop.
+            row = np.ascontiguousarray(
+                np.broadcast_to(centre[:, None, None, None], (n, 1, 1, w, c))
             )
-    torch.mul(mx, my, out=xy)
+            if full:
+                np.subtract(
+                    src[:, : full * p].reshape(n, full, p, w, c),
+                    row,
+                    out=out[:, :full],
+                    casting="unsafe",
+                )
+            if rest:
+                np.subtract(
+                    src[:, full * p : full * p + rest],
+                    row[:, 0],
+                    out=out[:, full, :rest],
+                    casting="unsafe",
+                )
+    mx, my, sq, xy = maps.unbind(0)
+    torch.mul(my, my, out=xy)
     torch.mul(mx, mx, out=sq)
-    sq.add_(my * my)  # not addcmul: a fused multiply-add would break x*x + x*x == 2*x*x
-    return maps, torch.from_numpy(cx), torch.from_numpy(cy)
+    sq.add_(xy)  # not addcmul: a fused multiply-add would break x*x + x*x == 2*x*x
+    torch.mul(mx, my, out=xy)
+    return maps
 
 
-def _filter_valid(maps: torch.Tensor, windows: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-    """Correlate ``[m, h, w, c]`` maps with the window, keeping only fully covered pixels:
-    ``[m, h - 2r, w - 2r, c]``, contiguous."""
+def _filter_valid(
+    maps: torch.Tensor, weights: tuple[torch.Tensor, torch.Tensor], c: int
+) -> torch.Tensor:
+    """Correlate ``[m, blocks, w, c, P]`` maps with the window, keeping only fully covered
+    pixels: ``[m, blocks - kb + 1, w - win + 1, c, P]``, contiguous."""
     import torch.nn.functional as F
 
-    c = maps.shape[-1]
-    nchw = maps.permute(0, 3, 1, 2)  # channels-last memory: oneDNN vectorises over channels
-    out = F.conv2d(F.conv2d(nchw, windows[0], groups=c), windows[1], groups=c)
-    return out.permute(0, 2, 3, 1).contiguous()  # a view when oneDNN kept channels last
+    m, blocks, w = maps.shape[:3]
+    # Channels last: the channels are the 8 phases and each (column, colour) a position.
+    # Vertically one dense 8 -> 8 convolution (grouped per colour it was ~3x slower).
+    rows = maps.view(m, blocks, w * c, _PHASES).permute(0, 3, 1, 2)
+    v = F.conv2d(rows, weights[0])
+    # Horizontally the same layout: depthwise over the phases, a colour's next pixel c
+    # positions on (dilation); it was ~15 % slower as (colour, phase) channels.
+    out = F.conv2d(v, weights[1], groups=_PHASES, dilation=(1, c))
+    out = out.permute(0, 2, 3, 1).contiguous()  # a view when oneDNN kept channels last
+    return out.view(m, out.shape[1], -1, c, _PHASES)
 
 
 def _ssim_map(
-    f: tuple[torch.Tensor, ...], cx: torch.Tensor, cy: torch.Tensor, c1: float, c2: float
+    f: tuple[torch.Tensor, ...], consts: tuple[torch.Tensor, ...], c2: float
 ) -> torch.Tensor:
-    """The SSIM map from the filtered centred maps ``f`` (mx, my, sq, xy) and the centres."""
+    """A quarter of the SSIM map from the filtered centred maps ``f`` (mx, my, sq, xy) and the
+    constants of :func:`_constants`. Both numerator factors are halved (two ops fewer than
+    doubling them); the caller multiplies the sum by 4, exactly."""
     import torch
 
     mx, my, sq, xy = f
+    cx, cy, cx2, cy2, k1h, k2 = consts
     a = mx * my
     q = mx * mx
     q.add_(my * my)
-    n2 = torch.sub(xy, a).mul_(2).add_(c2)  # 2 cov(x, y) + C2
+    n2h = torch.sub(xy, a).add_(c2 / 2)  # cov(x, y) + C2 / 2
     d2 = torch.sub(sq, q).add_(c2)  # var(x) + var(y) + C2
     # Means back on the data's scale: (mx+cx)(my+cy) = a + cy mx + cx my + cx cy, likewise
-    # the squares; with x == y every denominator term is twice its numerator term.
-    k1 = (2 * cx.double() * cy + c1).float()
-    k2 = (cx.double() * cx + cy.double() * cy + c1).float()
-    n1 = a.addcmul_(mx, cy).addcmul_(my, cx).mul_(2).add_(k1)  # 2 mu_x mu_y + C1
-    d1 = q.addcmul_(mx, 2 * cx).addcmul_(my, 2 * cy).add_(k2)  # mu_x^2 + mu_y^2 + C1
-    return n1.mul_(n2).div_(d1.mul_(d2))
+    # the squares. With x == y every denominator term is exactly twice its numerator term, so
+    # an identical frame gives 1/4 everywhere (1.0 after the caller's factor), bit for bit.
+    n1h = a.addcmul_(mx, cy).addcmul_(my, cx).add_(k1h)  # mu_x mu_y + C1 / 2
+    d1 = q.addcmul_(mx, cx2).addcmul_(my, cy2).add_(k2)  # mu_x^2 + mu_y^2 + C1
+    return n1h.mul_(n2h).div_(d1.mul_(d2))
+
+
+def _constants(
+    cx: np.ndarray, cy: np.ndarray, c1: float, shape: tuple[int, ...]
+) -> tuple[torch.Tensor, ...]:
+    """cx, cy, 2 cx, 2 cy, cx cy + C1 / 2 and cx^2 + cy^2 + C1 from per-frame centres
+    ``[n, c]``, each as a whole row ``shape`` (``[n, 1, wo, c, P]``) of the maps' layout."""
+    import torch
+
+    n, _, wo, c, p = shape
+    x, y = cx.astype(np.float64), cy.astype(np.float64)
+    values = (x, y, 2 * x, 2 * y, x * y + c1 / 2, x * x + y * y + c1)
+    # One [c * P] row per frame, then that row wo times: copies with a 24-long inner loop
+    # (broadcasting straight from [n, c] ran a 1-long one, ~10x slower).
+    rows = (np.repeat(v.astype(np.float32), p, axis=1)[:, None, None] for v in values)
+    return tuple(
+        torch.from_numpy(np.broadcast_to(r, (n, 1, wo, c * p)).copy()).view(shape) for r in rows
+    )
 
 
 def _ssim_sums(
     p: np.ndarray,
     t: np.ndarray,
-    windows: tuple[torch.Tensor, torch.Tensor],
+    centres: tuple[np.ndarray, np.ndarray],
+    workspace: torch.Tensor,
+    blocks: int,
+    valid_rows: int,
+    weights: tuple[torch.Tensor, torch.Tensor],
     c1: float,
     c2: float,
 ) -> torch.Tensor:
-    """Sum of the SSIM map of each frame and channel of ``[n, h, w, c]`` frames, float64
-    ``[n, c]``."""
+    """Sum of the SSIM map over the first ``valid_rows`` rows (``blocks`` output row blocks)
+    of each frame and channel of ``[n, h, w, c]`` frames, float64 ``[n, c]``; ``centres``:
+    each frame's centres (see :func:`_maps`)."""
     import torch
 
-    n = p.shape[0]
-    maps, cx, cy = _maps(p, t)
-    f = _filter_valid(maps.flatten(0, 1), windows)
-    f = f.view(4, n, *f.shape[1:])
-    ho, wo, c = f.shape[2:]
-    rows = max(1, _CHUNK_ELEMS // (n * wo * c))
-    total = torch.zeros((n, c), dtype=torch.float64)
-    for top in range(0, ho, rows):
-        chunk = f[:, :, top : top + rows].unbind(0)
-        total += _ssim_map(chunk, cx, cy, c1, c2).sum(dim=(1, 2)).double()
-    return total
+    n, c = p.shape[0], p.shape[3]
+    kb = _reach(weights[1].shape[-1])
+    maps = _maps(p, t, centres, blocks + kb - 1, workspace)
+    f = _filter_valid(maps.flatten(0, 1), weights, c)
+    f = f.view(4, n, *f.shape[1:])  # [4, n, blocks, wo, c, P]
+    wo = f.shape[3]
+    consts = _constants(*centres, c1, (n, 1, wo, c, _PHASES))
+    per = max(1, _CHUNK_ELEMS // (n * wo * c * _PHASES))
+    rows = torch.empty((n, blocks, c, _PHASES), dtype=torch.float64)
+    for top in range(0, blocks, per):
+        chunk = f[:, :, top : top + per].unbind(0)
+        rows[:, top : top + per] = _ssim_map(chunk, consts, c2).sum(dim=2)
+    # Rows past the frame's valid region (the last block's tail) read zero padding: drop them.
+    rows = rows.permute(0, 2, 1, 3).reshape(n, c, blocks * _PHASES)[:, :, :valid_rows]
+    return rows.sum(dim=2)
 
 
 @contextmanager
@@ -233,28 +323,50 @@ def _ssim_frames(
     n, h, w, c = p.shape
     c1 = (k1 * data_range) ** 2
     c2 = (k2 * data_range) ** 2
-    r = win // 2
-    windows = _windows(taps, c)
+    weights = _weights(taps)
+    ho = h - win + 1
+    blocks = -(-ho // _PHASES)  # output row blocks of a frame
+    halo = _reach(win) - 1
 
-    # Work items (first frame, end frame, first row, end row): many small frames to an item,
-    # a large frame in bands of rows that overlap by the window's halo.
-    frame = h * w * c
+    # Work items (first frame, end frame, first block, end block): many small frames to an
+    # item, a large frame in bands of row blocks that overlap by the window's halo.
+    frame = (blocks + halo) * _PHASES * w * c
     items: list[tuple[int, int, int, int]]
     if frame <= _BAND_ELEMS:
         per = _BAND_ELEMS // frame
-        items = [(lo, min(lo + per, n), 0, h) for lo in range(0, n, per)]
+        items = [(lo, min(lo + per, n), 0, blocks) for lo in range(0, n, per)]
     else:
-        band = max(1, _BAND_ELEMS // (w * c) - 2 * r)
+        band = max(1, _BAND_ELEMS // (_PHASES * w * c) - halo)
         items = [
-            (i, i + 1, top, min(top + band, h - 2 * r) + 2 * r)
+            (i, i + 1, top, min(top + band, blocks))
             for i in range(n)
-            for top in range(0, h - 2 * r, band)
+            for top in range(0, blocks, band)
         ]
+
+    cx, cy = _centres(p), _centres(t)
+    size = max(
+        4 * (hi - lo) * (bottom - top + halo) * _PHASES * w * c for lo, hi, top, bottom in items
+    )
+    local = threading.local()  # one workspace per worker thread, reused for its items
 
     def one_item(item: tuple[int, int, int, int]) -> torch.Tensor:
         lo, hi, top, bottom = item
+        first, end = top * _PHASES, (bottom + halo) * _PHASES
+        valid = min(bottom * _PHASES, ho) - first
         with torch.inference_mode():
-            return _ssim_sums(p[lo:hi, top:bottom], t[lo:hi, top:bottom], windows, c1, c2)
+            if getattr(local, "workspace", None) is None:
+                local.workspace = torch.empty(size, dtype=torch.float32)
+            return _ssim_sums(
+                p[lo:hi, first:end],
+                t[lo:hi, first:end],
+                (cx[lo:hi], cy[lo:hi]),
+                local.workspace,
+                bottom - top,
+                valid,
+                weights,
+                c1,
+                c2,
+            )
 
     totals = torch.zeros((n, c), dtype=torch.float64)
     with _torch_single_threaded() as allowed:
@@ -266,8 +378,8 @@ def _ssim_frames(
                 sums = list(pool.map(one_item, items))
     for (lo, hi, _top, _bottom), s in zip(items, sums, strict=True):
         totals[lo:hi] += s  # bands of one frame add up in a fixed order: workers never matter
-    valid = (h - 2 * r) * (w - 2 * r)
-    return (totals / valid).mean(dim=1).numpy()
+    valid = ho * (w - win + 1)
+    return (totals * 4 / valid).mean(dim=1).numpy()  # _ssim_map gives a quarter
 
 
 class SSIM(Metric):

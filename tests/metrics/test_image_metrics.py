@@ -96,13 +96,19 @@ def test_mae_and_max_abs_match_numpy(frame_pair: tuple[np.ndarray, np.ndarray]) 
 
 
 def test_mae_on_large_frames_is_exact(rng: np.random.Generator) -> None:
-    # Bigger than one internal chunk, so the chunked sums are exercised.
-    a = rng.integers(0, 256, (2, 300, 400, 3), dtype=np.uint8)
-    b = rng.integers(0, 256, (2, 300, 400, 3), dtype=np.uint8)
-    d = np.abs(a.astype(np.int64) - b)
-    np.testing.assert_array_equal(metrics.mae(a, b), d.sum(axis=(1, 2, 3)) / d[0].size)
-    sse = (d**2).sum(axis=(1, 2, 3))
-    np.testing.assert_allclose(metrics.psnr(a, b), 10 * np.log10(255.0**2 / (sse / d[0].size)))
+    # Bigger than one internal chunk, so the chunked sums are exercised (8-bit frames take the
+    # int16 / float32-row path), with a short last chunk; 0 against 255 everywhere is the
+    # largest sum of squares a float32 row must hold exactly; int8 takes the same path.
+    a = rng.integers(0, 256, (3, 300, 400, 3), dtype=np.uint8)
+    b = rng.integers(0, 256, (3, 300, 400, 3), dtype=np.uint8)
+    a[2], b[2] = 0, 255
+    signed = ((a // 2).astype(np.int8), (-(b // 2)).astype(np.int8))
+    for x, y in ((a, b), signed):
+        d = np.abs(x.astype(np.int64) - y)
+        np.testing.assert_array_equal(metrics.mae(x, y), d.sum(axis=(1, 2, 3)) / d[0].size)
+        sse = (d**2).sum(axis=(1, 2, 3))
+        want = 10 * np.log10(255.0**2 / (sse / d[0].size))
+        np.testing.assert_allclose(metrics.psnr(x, y), want, rtol=0, atol=1e-12)
 
 
 def test_float_inputs_and_nan_propagate() -> None:
@@ -280,7 +286,9 @@ def test_ssim_of_a_frame_in_bands_equals_it_whole(
     whole = metrics.ssim(test, ref)
     expected = [sk_ssim(test[i], ref[i]) for i in range(2)]
     np.testing.assert_allclose(whole, expected, atol=SSIM_TOL, rtol=0)
-    for rows in (1, 2, 7, 50):  # output rows per band: a band's elements are (rows + 10)*37*3
+    # Bands are whole 8-row blocks: these make bands of 1 block (rows 1, 2, 7) and 5 blocks
+    # (rows 50) of the 7 a frame has, the last band short and its last block 5/8 padding.
+    for rows in (1, 2, 7, 50):
         monkeypatch.setattr(structural, "_BAND_ELEMS", (rows + 10) * 37 * 3)
         for workers in (1, 2):
             banded = metrics.ssim(test, ref, workers=workers)
