@@ -39,6 +39,9 @@ examples:
 RAN = {0: "passed", 1: "failed", 2: "usage or input error", 5: "nothing ran", 7: "flaky"}
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 POLL_S = 0.5
+# A job API that answers before its job agent is ready refuses submissions (Ray: HTTP 500
+# RuntimeError): the submission is tried again after these pauses, then the shard is given up.
+SUBMIT_BACKOFF_S = (1.0, 2.0, 4.0, 8.0)
 
 
 def add_parser(sub: Any) -> None:
@@ -175,13 +178,23 @@ def main(args: argparse.Namespace) -> int:
         argv += ["--out", str(out), "--run-id", f"shard-{shard.index}", "-q"]
         entrypoint = f"cd {shlex.quote(str(repo))} && exec {shlex.join(argv)}"
         started = time.monotonic()
-        shard.job = client.submit_job(
+        job = submit_job(
+            client,
+            line,
             entrypoint=entrypoint,
             submission_id=f"harness-{args.plan_nonce}-shard-{shard.index}-try{shard.tries}",
             entrypoint_num_cpus=1,
             metadata={"harness_plan": split.digest, "shard": f"{shard.index}/{split.count}"},
             **_resources(profile.platform if shard.devices else None, shard.devices),
         )
+        if isinstance(job, Exception):
+            shard.status, shard.message = "FAILED", f"not submitted: {job}"
+            line(
+                f"shard {shard.index}/{split.count}: infrastructure: the job API refused it "
+                f"{len(SUBMIT_BACKOFF_S) + 1} times ({job}); merge lists it"
+            )
+            return
+        shard.job = job
         shard.submit_s.append(time.monotonic() - started)
         shard.status, shard.started = "SUBMITTED", time.monotonic()
         line(f"shard {shard.index}/{split.count}: submitted as {shard.job} (try {shard.tries})")
@@ -217,6 +230,25 @@ def main(args: argparse.Namespace) -> int:
         line("no shard wrote a report; nothing to merge (exit 3)")
         return 3
     return merge_into(reports, out / "merged")
+
+
+def submit_job(client: Any, line: Any, **job: Any) -> str | Exception:
+    """``client.submit_job(**job)``: the job's id, or the last refusal after the backoff.
+
+    Ray raises RuntimeError (an HTTP 500 from the dashboard while its job agent starts),
+    ConnectionError or ValueError; none of them is a harness bug, and a shard that cannot be
+    submitted is one the merge lists as missing (exit 3)."""
+    for pause in (*SUBMIT_BACKOFF_S, None):
+        try:
+            return str(client.submit_job(**job))
+        except (RuntimeError, ConnectionError, ValueError, OSError) as exc:
+            if pause is None:
+                return exc
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            name = job.get("submission_id")
+            line(f"{name}: the job API refused it ({first}); again in {pause:g} s")
+            time.sleep(pause)
+    raise AssertionError("unreachable")
 
 
 def _follow(client: Any, shards: list[Shard], count: int, line: Any, submit: Any) -> None:

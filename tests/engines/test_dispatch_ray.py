@@ -162,3 +162,38 @@ def test_a_shard_killed_twice_is_retried_once_then_listed_missing(
     for index in range(1, 5):
         assert f"shard {index}/4: submitted as" in proc.stderr
     assert (out / "retried" / f"shard-{killed}-try1").is_dir()
+
+
+class _StubJobClient:
+    """Stands in for Ray's JobSubmissionClient (a job agent that is not ready yet cannot be
+    brought about on purpose with a real cluster): refuses the first ``refusals`` submissions
+    as Ray does, with an HTTP 500 RuntimeError."""
+
+    def __init__(self, refusals: int) -> None:
+        self.refusals = refusals
+        self.calls = 0
+
+    def submit_job(self, **job: object) -> str:
+        self.calls += 1
+        if self.calls <= self.refusals:
+            raise RuntimeError("Request failed with status code 500: job agent not ready.")
+        return str(job["submission_id"])
+
+
+def test_a_refused_submission_with_a_stub_ray_client_is_retried_then_given_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from harness.cli import dispatch
+
+    monkeypatch.setattr(dispatch, "SUBMIT_BACKOFF_S", (0.0, 0.0))
+    lines: list[str] = []
+    ready_late = _StubJobClient(refusals=2)
+    assert dispatch.submit_job(ready_late, lines.append, submission_id="s1") == "s1"
+    assert ready_late.calls == 3
+    assert lines[0] == (
+        "s1: the job API refused it (Request failed with status code 500: "
+        "job agent not ready.); again in 0 s"
+    )
+    never = _StubJobClient(refusals=99)
+    refused = dispatch.submit_job(never, lines.append, submission_id="s2")
+    assert isinstance(refused, RuntimeError) and never.calls == 3
