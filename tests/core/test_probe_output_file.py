@@ -25,7 +25,8 @@ def test_the_file_is_written_into_the_run_and_recorded_where_it_lies(
     copies: list[Path | None] = []
     real = content.copy_hashed
     monkeypatch.setattr(
-        "harness.probe.copy_hashed", lambda s, d: copies.append(d if d != s else None) or real(s, d)
+        "harness.probe.outputs.copy_hashed",
+        lambda s, d: copies.append(d if d != s else None) or real(s, d),
     )
     frames = _frames()
     probe.output("video", frames, kind="video")
