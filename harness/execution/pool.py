@@ -291,6 +291,12 @@ class WorkerHandle:
         back does not answer this request from this worker (the worker is then killed: a
         worker that said something unexpected is not trusted with the next case).
         """
+        self.send(msg)
+        return self.receive(msg, time.monotonic() + timeout, timeout, case_id=case_id, index=index)
+
+    def send(self, msg: p.Request) -> None:
+        """Write one request (its answer is read by :meth:`receive`); WorkerCrashed when the
+        worker is gone."""
         assert self.proc.stdin is not None
         try:
             self.proc.stdin.write(p.encode(msg).encode())
@@ -298,7 +304,18 @@ class WorkerHandle:
         except (BrokenPipeError, OSError):
             rc = self._wait_exit()
             raise WorkerCrashed(describe_exit(rc), rc, "") from None
-        deadline = time.monotonic() + timeout
+
+    def receive(
+        self,
+        msg: p.Request,
+        deadline: float,
+        timeout: float,
+        *,
+        case_id: str | None = None,
+        index: int | None = None,
+    ) -> p.Reply:
+        """The answer to ``msg``, sent earlier, by ``deadline`` (``time.monotonic``;
+        ``timeout``: the limit it stands for, as the error names it)."""
         while True:
             try:
                 line = self._read_line(max(0.0, deadline - time.monotonic()))
@@ -384,6 +401,11 @@ class WorkerPool:
             handle = self._new(spec)
             self._workers[spec] = handle
         return handle
+
+    def live(self, spec: WorkerSpec) -> WorkerHandle | None:
+        """The running worker of ``spec`` that :meth:`get` would return, without starting one."""
+        handle = self._workers.get(spec)
+        return handle if handle is not None and handle.alive() else None
 
     def fresh(self, spec: WorkerSpec) -> WorkerHandle:
         """A bare worker of its own, for one fresh-interpreter attempt; the caller closes it
