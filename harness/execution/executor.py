@@ -90,6 +90,7 @@ class Executor:
         self._slugs: dict[str, str] = {}  # item name -> its outputs folder
         self._pinned = -1  # how many worker groups the environment record's pins were read for
         self._ahead: InFlight | None = None  # the attempt sent before its turn (.inflight)
+        self.sent_ahead = 0  # how many attempts were sent before their turn
 
     def _tell(self, line: str) -> None:
         self.say(line)
@@ -428,6 +429,7 @@ class Executor:
             failed = exc
         deadline = time.monotonic() + job.case.timeout_s
         self._ahead = InFlight(job, handle, request, sent, deadline, oom_before, failed)
+        self.sent_ahead += 1
 
     def in_flight(self, side: Side, item: PlanItem) -> bool:
         """Whether an attempt of ``item`` was sent ahead and is running (a stop requested now
