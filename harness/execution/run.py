@@ -201,7 +201,7 @@ class Runner:
             index = len(attempts)
             ahead = None
             if then is not None:
-                nxt = index + 1 if then.item is unit.item else 0
+                nxt = index + 1 if then.item.name == unit.item.name else 0
                 ahead = Ahead(then.side, then.item, nxt, then.repeat, then.warmup, then.round)
             return self.executor.attempt(
                 unit.side,
