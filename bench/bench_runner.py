@@ -127,7 +127,19 @@ class ManagerGap:
             return text
 
         pool.WorkerHandle._read_line = timed_read  # type: ignore[method-assign]
-        protocol.encode = timed_encode  # type: ignore[assignment]
+        send = getattr(pool.WorkerHandle, "send", None)
+        if send is None:  # before the pipeline: the request's text is made, then written
+            protocol.encode = timed_encode  # type: ignore[assignment]
+            return
+
+        def timed_send(handle: Any, msg: Any, **kw: Any) -> None:
+            send(handle, msg, **kw)  # (its write included, which the other way leaves out)
+            if isinstance(msg, protocol.AttemptRequest) and self._read is not None:
+                self.seconds += time.thread_time() - self._read
+                self.gaps += 1
+                self._read = None
+
+        pool.WorkerHandle.send = timed_send  # type: ignore[method-assign]
 
     @property
     def per_gap(self) -> float:

@@ -91,6 +91,7 @@ class Executor:
         self._pinned = -1  # how many worker groups the environment record's pins were read for
         self._ahead: InFlight | None = None  # the attempt sent before its turn (.inflight)
         self.sent_ahead = 0  # how many attempts were sent before their turn
+        self._next: tuple[Job, str] | None = None  # the next attempt, prepared while waiting
 
     def _tell(self, line: str) -> None:
         self.say(line)
@@ -328,9 +329,12 @@ class Executor:
                 deadline = time.monotonic() + case.timeout_s
             else:
                 t0, request, deadline = flight.sent, flight.request, flight.deadline
+                base = replace(base, started_at=flight.started_at)  # (prepared before)
                 if flight.failed is not None:
                     raise flight.failed
             assert handle is not None
+            if ahead is not None:
+                self._warm(ahead, prep)
             reply = handle.receive(request, deadline, case.timeout_s, case_id=case.id, index=index)
         except WorkerTimeout as exc:
             self._drop(spec, handle, fresh=fresh)
@@ -406,30 +410,56 @@ class Executor:
         nxt, case = ahead.item, ahead.item.case
         if not pipelinable(now, ahead) or self.pool.live(now.spec) is not handle:
             return
-        job = self._prepare(
-            ahead.side,
-            nxt,
-            index=ahead.index,
-            repeat=ahead.repeat,
-            retry=0,
-            warmup=ahead.warmup,
-            round=ahead.round,
-            coverage=None,
-            server_last=False,
-        )
+        key = (ahead.side, nxt.name, ahead.index, ahead.repeat, 0, ahead.warmup, ahead.round)
+        made, self._next = self._next, None
+        text: str | None = None
+        if made is not None and made[0].key == key:  # prepared while the worker ran `now`
+            job, text = made[0], made[1]
+        else:
+            job = self._prepare(
+                ahead.side,
+                nxt,
+                index=ahead.index,
+                repeat=ahead.repeat,
+                retry=0,
+                warmup=ahead.warmup,
+                round=ahead.round,
+                coverage=None,
+                server_last=False,
+            )
         if isinstance(job, Attempt) or job.spec != now.spec or case.fresh_process:
             return
         oom_before = oom_kill_count()
         request = p.AttemptRequest(handle.next_nonce(), job.job)
+        line = None if text is None else p.encode_attempt(request.nonce, text)
         failed: WorkerCrashed | None = None
         sent = time.perf_counter()
         try:
-            handle.send(request)
+            handle.send(request, line=line)
         except WorkerCrashed as exc:  # recorded against that attempt, as it would have been
             failed = exc
         deadline = time.monotonic() + job.case.timeout_s
-        self._ahead = InFlight(job, handle, request, sent, deadline, oom_before, failed)
+        self._ahead = InFlight(job, handle, request, sent, deadline, oom_before, failed, _now())
         self.sent_ahead += 1
+
+    def _warm(self, ahead: Ahead, now: Job) -> None:
+        """While the worker runs ``now``: prepare ``ahead`` and its job's JSON, so that only
+        its nonce is left to add when it is sent (the worker waits less between the two)."""
+        self._next = None
+        if pipelinable(now, ahead):
+            job = self._prepare(
+                ahead.side,
+                ahead.item,
+                index=ahead.index,
+                repeat=ahead.repeat,
+                retry=0,
+                warmup=ahead.warmup,
+                round=ahead.round,
+                coverage=None,
+                server_last=False,
+            )
+            if isinstance(job, Job):
+                self._next = (job, p.job_text(job.job))
 
     def in_flight(self, side: Side, item: PlanItem) -> bool:
         """Whether an attempt of ``item`` was sent ahead and is running (a stop requested now

@@ -57,9 +57,9 @@ class Job:
 
 @dataclass(frozen=True)
 class InFlight:
-    """An attempt sent ahead: its request, when it was sent and its deadline
-    (``time.monotonic``), the OOM counter before it, and the crash its sending met, if any
-    (recorded against it when its turn comes, as it would have been)."""
+    """An attempt sent ahead: its request, when it was sent (``perf_counter``) and its deadline
+    (``time.monotonic``), the OOM counter before it, the crash its sending met, if any
+    (recorded against it when its turn comes, as it would have been), and when it started."""
 
     job: Job
     handle: WorkerHandle
@@ -68,6 +68,7 @@ class InFlight:
     deadline: float = 0.0
     oom_before: int | None = None
     failed: WorkerCrashed | None = None
+    started_at: str = ""  # when it was sent (the record the manager writes if it fails)
 
     @property
     def key(self) -> tuple[Any, ...]:

@@ -294,12 +294,12 @@ class WorkerHandle:
         self.send(msg)
         return self.receive(msg, time.monotonic() + timeout, timeout, case_id=case_id, index=index)
 
-    def send(self, msg: p.Request) -> None:
-        """Write one request (its answer is read by :meth:`receive`); WorkerCrashed when the
-        worker is gone."""
+    def send(self, msg: p.Request, *, line: str | None = None) -> None:
+        """Write one request (its answer is read by :meth:`receive`), or ``line``, its text
+        made already; WorkerCrashed when the worker is gone."""
         assert self.proc.stdin is not None
         try:
-            self.proc.stdin.write(p.encode(msg).encode())
+            self.proc.stdin.write((p.encode(msg) if line is None else line).encode())
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             rc = self._wait_exit()
