@@ -113,8 +113,8 @@ class ManagerGap:
 
         read_line, encode = pool.WorkerHandle._read_line, protocol.encode
 
-        def timed_read(handle: Any, timeout: float) -> bytes:
-            line = read_line(handle, timeout)
+        def timed_read(handle: Any, *args: Any) -> bytes:
+            line = read_line(handle, *args)
             self._read = time.thread_time()
             return line
 
@@ -126,10 +126,10 @@ class ManagerGap:
                 self._read = None
             return text
 
-        pool.WorkerHandle._read_line = timed_read  # type: ignore[method-assign]
+        pool.WorkerHandle._read_line = timed_read  # type: ignore[method-assign,assignment]
         send = getattr(pool.WorkerHandle, "send", None)
         if send is None:  # before the pipeline: the request's text is made, then written
-            protocol.encode = timed_encode  # type: ignore[assignment]
+            protocol.encode = timed_encode
             return
 
         def timed_send(handle: Any, msg: Any, **kw: Any) -> None:
@@ -139,7 +139,7 @@ class ManagerGap:
                 self.gaps += 1
                 self._read = None
 
-        pool.WorkerHandle.send = timed_send  # type: ignore[method-assign]
+        pool.WorkerHandle.send = timed_send  # type: ignore[method-assign,assignment]
 
     @property
     def per_gap(self) -> float:
@@ -192,7 +192,7 @@ def harness_overhead(
     later = sum(len(c.attempts) for c in report.cases[1:])
     cpu = None
     if workers and None not in cpu0 and None not in cpu1 and later:
-        worker_cpu = sum(b - a for a, b in zip(cpu0, cpu1, strict=True))  # type: ignore[operator]
+        worker_cpu = sum(float(b or 0.0) - float(a or 0.0) for a, b in zip(cpu0, cpu1, strict=True))
         cpu = (manager_cpu / later, worker_cpu / later)
     ahead = getattr(runner.executor, "sent_ahead", 0)  # 0 before the pipeline existed
     return wall, startup, (wall - startup - work) / len(attempts), len(attempts), cpu, ahead

@@ -22,7 +22,7 @@ from typing import Any
 from harness.cases import PlanItem
 from harness.errors import WorkerError
 from harness.execution.devices import DeviceAssignment
-from harness.execution.inflight import Ahead, InFlight, Job, pipelinable
+from harness.execution.inflight import Ahead, InFlight, Job, Pipeline
 from harness.execution.pool import (
     ProtocolViolation,
     WorkerCrashed,
@@ -89,9 +89,7 @@ class Executor:
         )
         self._slugs: dict[str, str] = {}  # item name -> its outputs folder
         self._pinned = -1  # how many worker groups the environment record's pins were read for
-        self._ahead: InFlight | None = None  # the attempt sent before its turn (.inflight)
-        self.sent_ahead = 0  # how many attempts were sent before their turn
-        self._next: tuple[Job, str] | None = None  # the next attempt, prepared while waiting
+        self.pipeline = Pipeline(self._prepare_ahead)  # the attempt sent before its turn
 
     def _tell(self, line: str) -> None:
         self.say(line)
@@ -218,7 +216,7 @@ class Executor:
         ``ahead``: the attempt that runs next if this one passes (:mod:`.inflight`); it is
         sent to the same worker as soon as this one's answer is read, so that the worker runs
         it while this side records this one. It is the attempt the next call asks for."""
-        flight, self._ahead = self._ahead, None
+        flight = self.pipeline.take()
         key = (side, item.name, index, repeat, retry, warmup, round)
         if flight is not None and (flight.key != key or coverage is not None or server_last):
             self._abandon(flight)
@@ -334,7 +332,7 @@ class Executor:
                     raise flight.failed
             assert handle is not None
             if ahead is not None:
-                self._warm(ahead, prep)
+                self.pipeline.warm(ahead, prep)
             reply = handle.receive(request, deadline, case.timeout_s, case_id=case.id, index=index)
         except WorkerTimeout as exc:
             self._drop(spec, handle, fresh=fresh)
@@ -388,7 +386,7 @@ class Executor:
                 what = reply.attempt.get("notes", {}).get("harness.isolation", "")
                 self.say(f"{item.name}: worker {handle.pid} replaced before the next case: {what}")
             elif ahead is not None and reply.attempt.get("status") == "passed":
-                self._send_ahead(ahead, prep, handle)
+                self.pipeline.send(ahead, prep, handle, live=self.pool.live(spec) is handle)
             return self._localize(Attempt.from_json(reply.attempt)), reply.coverage
         # The worker caught a bug of the harness itself: an infrastructure error of this run,
         # recorded against this attempt, never a failure (or a pass) of the code under test.
@@ -405,66 +403,28 @@ class Executor:
 
     # -- the next attempt, sent ahead (:mod:`.inflight`) -----------------------------------------
 
-    def _send_ahead(self, ahead: Ahead, now: Job, handle: WorkerHandle) -> None:
-        """Send ``ahead`` to ``handle`` now, when it is a plain attempt of the same worker."""
-        nxt, case = ahead.item, ahead.item.case
-        if not pipelinable(now, ahead) or self.pool.live(now.spec) is not handle:
-            return
-        key = (ahead.side, nxt.name, ahead.index, ahead.repeat, 0, ahead.warmup, ahead.round)
-        made, self._next = self._next, None
-        text: str | None = None
-        if made is not None and made[0].key == key:  # prepared while the worker ran `now`
-            job, text = made[0], made[1]
-        else:
-            job = self._prepare(
-                ahead.side,
-                nxt,
-                index=ahead.index,
-                repeat=ahead.repeat,
-                retry=0,
-                warmup=ahead.warmup,
-                round=ahead.round,
-                coverage=None,
-                server_last=False,
-            )
-        if isinstance(job, Attempt) or job.spec != now.spec or case.fresh_process:
-            return
-        oom_before = oom_kill_count()
-        request = p.AttemptRequest(handle.next_nonce(), job.job)
-        line = None if text is None else p.encode_attempt(request.nonce, text)
-        failed: WorkerCrashed | None = None
-        sent = time.perf_counter()
-        try:
-            handle.send(request, line=line)
-        except WorkerCrashed as exc:  # recorded against that attempt, as it would have been
-            failed = exc
-        deadline = time.monotonic() + job.case.timeout_s
-        self._ahead = InFlight(job, handle, request, sent, deadline, oom_before, failed, _now())
-        self.sent_ahead += 1
+    def _prepare_ahead(self, ahead: Ahead) -> Job | Attempt:
+        return self._prepare(
+            ahead.side,
+            ahead.item,
+            index=ahead.index,
+            repeat=ahead.repeat,
+            retry=0,
+            warmup=ahead.warmup,
+            round=ahead.round,
+            coverage=None,
+            server_last=False,
+        )
 
-    def _warm(self, ahead: Ahead, now: Job) -> None:
-        """While the worker runs ``now``: prepare ``ahead`` and its job's JSON, so that only
-        its nonce is left to add when it is sent (the worker waits less between the two)."""
-        self._next = None
-        if pipelinable(now, ahead):
-            job = self._prepare(
-                ahead.side,
-                ahead.item,
-                index=ahead.index,
-                repeat=ahead.repeat,
-                retry=0,
-                warmup=ahead.warmup,
-                round=ahead.round,
-                coverage=None,
-                server_last=False,
-            )
-            if isinstance(job, Job):
-                self._next = (job, p.job_text(job.job))
+    @property
+    def sent_ahead(self) -> int:
+        """How many attempts were sent before their turn."""
+        return self.pipeline.sent
 
     def in_flight(self, side: Side, item: PlanItem) -> bool:
         """Whether an attempt of ``item`` was sent ahead and is running (a stop requested now
         lets it finish and records it, like any attempt in flight)."""
-        return self._ahead is not None and self._ahead.key[:2] == (side, item.name)
+        return self.pipeline.in_flight(side, item.name)
 
     def _abandon(self, flight: InFlight) -> None:
         """An attempt sent ahead that the run did not ask for next: a bug of the harness. Its
@@ -507,5 +467,5 @@ class Executor:
             self.pool.discard(spec)
 
     def close(self) -> None:
-        self._ahead = None  # (a second Ctrl-C: its worker is killed with the others)
+        self.pipeline.take()  # (a second Ctrl-C: its worker is killed with the others)
         self.pool.close()

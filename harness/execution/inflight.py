@@ -18,16 +18,19 @@ records it, like any attempt in flight; a second Ctrl-C kills the worker as befo
 
 from __future__ import annotations
 
+import datetime as dt
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from harness.cases import PlanItem
 from harness.execution.pool import WorkerCrashed, WorkerHandle, WorkerSpec
+from harness.execution.retry import oom_kill_count
 from harness.model import Attempt, Case, Side
 from harness.worker import protocol as p
 
-__all__ = ["Ahead", "InFlight", "Job", "pipelinable"]
+__all__ = ["Ahead", "InFlight", "Job", "Pipeline", "pipelinable"]
 
 
 @dataclass(frozen=True)
@@ -89,3 +92,61 @@ def pipelinable(now: Job, ahead: Ahead) -> bool:
         and now.item.platform == ahead.item.platform
         and not now.job.coverage
     )
+
+
+class Pipeline:
+    """The executor's attempt in flight ahead of its turn, and the next one, prepared while the
+    worker runs the current one. ``prepare`` makes the job of an :class:`Ahead` (or the error
+    attempt of one that cannot run)."""
+
+    def __init__(self, prepare: Callable[[Ahead], Job | Attempt]) -> None:
+        self.prepare = prepare
+        self.flight: InFlight | None = None
+        self.sent = 0  # how many attempts were sent before their turn
+        self._next: tuple[Job, str] | None = None
+
+    def take(self) -> InFlight | None:
+        """The attempt in flight, now the caller's to read (None when there is none)."""
+        flight, self.flight = self.flight, None
+        return flight
+
+    def in_flight(self, side: Side, name: str) -> bool:
+        return self.flight is not None and self.flight.key[:2] == (side, name)
+
+    def warm(self, ahead: Ahead, now: Job) -> None:
+        """While the worker runs ``now``: prepare ``ahead`` and its job's JSON, so that only
+        its nonce is left to add when it is sent (the worker waits less between the two)."""
+        self._next = None
+        if pipelinable(now, ahead):
+            job = self.prepare(ahead)
+            if isinstance(job, Job):
+                self._next = (job, p.job_text(job.job))
+
+    def send(self, ahead: Ahead, now: Job, handle: WorkerHandle, *, live: bool) -> None:
+        """Send ``ahead`` to ``handle`` (``live``: still the pool's worker of ``now``) now,
+        when it is a plain attempt of the same worker."""
+        made, self._next = self._next, None
+        if not live or not pipelinable(now, ahead):
+            return
+        key = (ahead.side, ahead.item.name, ahead.index, ahead.repeat, 0, ahead.warmup)
+        text: str | None = None
+        if made is not None and made[0].key == (*key, ahead.round):
+            job: Job | Attempt = made[0]  # prepared while the worker ran `now`
+            text = made[1]
+        else:
+            job = self.prepare(ahead)
+        if not isinstance(job, Job) or job.spec != now.spec:
+            return
+        oom_before = oom_kill_count()
+        request = p.AttemptRequest(handle.next_nonce(), job.job)
+        line = None if text is None else p.encode_attempt(request.nonce, text)
+        failed: WorkerCrashed | None = None
+        sent = time.perf_counter()
+        try:
+            handle.send(request, line=line)
+        except WorkerCrashed as exc:  # recorded against that attempt, as it would have been
+            failed = exc
+        deadline = time.monotonic() + job.case.timeout_s
+        started = dt.datetime.now(dt.UTC).isoformat()
+        self.flight = InFlight(job, handle, request, sent, deadline, oom_before, failed, started)
+        self.sent += 1

@@ -181,6 +181,7 @@ class WorkerHandle:
             os.close(key_r)
         self.pid = self.proc.pid
         self._buf = b""
+        self._sent_dump = 0
         self.attempts_served = 0
         try:
             line = self._read_line(spec.start_timeout_s)
@@ -231,11 +232,13 @@ class WorkerHandle:
         except OSError:
             return ""
 
-    def _read_line(self, timeout: float) -> bytes:
+    def _read_line(self, timeout: float, offset: int | None = None) -> bytes:
+        """The next line, within ``timeout``; a hang or crash is raised with the stacks the
+        worker dumped past ``offset`` (default: the dump's size now)."""
         assert self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
         deadline = time.monotonic() + timeout
-        offset = self._dump_offset()
+        offset = self._dump_offset() if offset is None else offset
         while b"\n" not in self._buf:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -298,6 +301,8 @@ class WorkerHandle:
         """Write one request (its answer is read by :meth:`receive`), or ``line``, its text
         made already; WorkerCrashed when the worker is gone."""
         assert self.proc.stdin is not None
+        # a crash's stacks are what the dump gains from now on (its answer may be read late)
+        self._sent_dump = self._dump_offset()
         try:
             self.proc.stdin.write((p.encode(msg) if line is None else line).encode())
             self.proc.stdin.flush()
@@ -318,7 +323,7 @@ class WorkerHandle:
         ``timeout``: the limit it stands for, as the error names it)."""
         while True:
             try:
-                line = self._read_line(max(0.0, deadline - time.monotonic()))
+                line = self._read_line(max(0.0, deadline - time.monotonic()), self._sent_dump)
             except WorkerTimeout as exc:
                 raise WorkerTimeout(timeout, exc.stacks) from None
             try:
