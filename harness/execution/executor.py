@@ -22,6 +22,7 @@ from typing import Any
 from harness.cases import PlanItem
 from harness.errors import WorkerError
 from harness.execution.devices import DeviceAssignment
+from harness.execution.inflight import Ahead, InFlight, Job, Pipeline
 from harness.execution.pool import (
     ProtocolViolation,
     WorkerCrashed,
@@ -88,6 +89,7 @@ class Executor:
         )
         self._slugs: dict[str, str] = {}  # item name -> its outputs folder
         self._pinned = -1  # how many worker groups the environment record's pins were read for
+        self.pipeline = Pipeline(self._prepare_ahead)  # the attempt sent before its turn
 
     def _tell(self, line: str) -> None:
         self.say(line)
@@ -177,9 +179,11 @@ class Executor:
         warmup: bool,
         round: int = 0,
         server_last: bool = False,
+        ahead: Ahead | None = None,
     ) -> Attempt:
         """One attempt, recorded whatever happens to the worker. ``server_last``: no later
-        case of this side needs the case's named server (the worker stops it after this)."""
+        case of this side needs the case's named server (the worker stops it after this).
+        ``ahead``: the attempt that runs next if this one passes (:meth:`run_job`)."""
         return self.run_job(
             side,
             item,
@@ -189,6 +193,7 @@ class Executor:
             warmup=warmup,
             round=round,
             server_last=server_last,
+            ahead=ahead,
         )[0]
 
     def run_job(
@@ -203,10 +208,52 @@ class Executor:
         round: int = 0,
         coverage: tuple[str, ...] | None = None,
         server_last: bool = False,
+        ahead: Ahead | None = None,
     ) -> tuple[Attempt, Mapping[str, Any] | None]:
         """One attempt and, for a coverage attempt (``coverage``: the folders and packages to
-        measure), what the worker measured (None when the worker did not answer)."""
-        fresh = item.case.fresh_process
+        measure), what the worker measured (None when the worker did not answer).
+
+        ``ahead``: the attempt that runs next if this one passes (:mod:`.inflight`); it is
+        sent to the same worker as soon as this one's answer is read, so that the worker runs
+        it while this side records this one. It is the attempt the next call asks for."""
+        flight = self.pipeline.take()
+        key = (side, item.name, index, repeat, retry, warmup, round)
+        if flight is not None and (flight.key != key or coverage is not None or server_last):
+            self._abandon(flight)
+            flight = None
+        if flight is None:
+            job = self._prepare(
+                side,
+                item,
+                index=index,
+                repeat=repeat,
+                retry=retry,
+                warmup=warmup,
+                round=round,
+                coverage=coverage,
+                server_last=server_last,
+            )
+            if isinstance(job, Attempt):
+                return job, None
+        else:
+            job = flight.job
+        return self._run(job, flight, ahead if coverage is None else None)
+
+    def _prepare(
+        self,
+        side: Side,
+        item: PlanItem,
+        *,
+        index: int,
+        repeat: int,
+        retry: int,
+        warmup: bool,
+        round: int,
+        coverage: tuple[str, ...] | None,
+        server_last: bool,
+    ) -> Job | Attempt:
+        """The job of one attempt and the worker it goes to (an error attempt when its code
+        root is missing)."""
         resolved = self.resolver.resolve(side, item.platform, fresh=item.case.fresh_process)
         case = self.resolver.prepared(resolved, item.case).case
         sub = f"{side}-r{round}-a{index}" if side != "head" or round else f"a{index}"
@@ -255,23 +302,38 @@ class Executor:
                     f"case '{case.id}' ({case.source}): code_root '{case.code_root}' is not a "
                     f"folder ({root} does not exist in this side's checkout)",
                 ),
-            ), None
+            )
         spec = case_worker(resolved.worker, self.sides[side], case)
         wide = self.devices.for_ranks(spec.devices, case.rank_count)
         if wide != spec.devices:  # one device per rank: a worker of its own owns them
             spec = replace(spec, devices=wide)
+        key = (side, item.name, index, repeat, retry, warmup, round)
+        return Job(key, item, case, job, base, spec)
+
+    def _run(
+        self, prep: Job, flight: InFlight | None, ahead: Ahead | None
+    ) -> tuple[Attempt, Mapping[str, Any] | None]:
+        side, item, case, base, spec = prep.key[0], prep.item, prep.case, prep.base, prep.spec
+        index, fresh, server_last = prep.job.index, case.fresh_process, prep.job.server_last
         t0 = time.perf_counter()
-        oom_before = oom_kill_count()
-        handle: WorkerHandle | None = None
+        oom_before = oom_kill_count() if flight is None else flight.oom_before
+        handle: WorkerHandle | None = None if flight is None else flight.handle
         try:
-            handle = self.pool.fresh(spec) if fresh else self.pool.get(spec)
-            t0 = time.perf_counter()
-            reply = handle.request(
-                p.AttemptRequest(handle.next_nonce(), job),
-                timeout=case.timeout_s,
-                case_id=case.id,
-                index=index,
-            )
+            if flight is None:
+                handle = self.pool.fresh(spec) if fresh else self.pool.get(spec)
+                t0 = time.perf_counter()
+                request = p.AttemptRequest(handle.next_nonce(), prep.job)
+                handle.send(request)
+                deadline = time.monotonic() + case.timeout_s
+            else:
+                t0, request, deadline = flight.sent, flight.request, flight.deadline
+                base = replace(base, started_at=flight.started_at)  # (prepared before)
+                if flight.failed is not None:
+                    raise flight.failed
+            assert handle is not None
+            if ahead is not None:
+                self.pipeline.warm(ahead, prep)
+            reply = handle.receive(request, deadline, case.timeout_s, case_id=case.id, index=index)
         except WorkerTimeout as exc:
             self._drop(spec, handle, fresh=fresh)
             return replace(
@@ -323,6 +385,8 @@ class Executor:
                 self.pool.discard(spec, graceful=True)
                 what = reply.attempt.get("notes", {}).get("harness.isolation", "")
                 self.say(f"{item.name}: worker {handle.pid} replaced before the next case: {what}")
+            elif ahead is not None and reply.attempt.get("status") == "passed":
+                self.pipeline.send(ahead, prep, handle, live=self.pool.live(spec) is handle)
             return self._localize(Attempt.from_json(reply.attempt)), reply.coverage
         # The worker caught a bug of the harness itself: an infrastructure error of this run,
         # recorded against this attempt, never a failure (or a pass) of the code under test.
@@ -336,6 +400,41 @@ class Executor:
                 "HarnessInternalError", msg, "HarnessInternalError", getattr(reply, "traceback", "")
             ),
         ), None
+
+    # -- the next attempt, sent ahead (:mod:`.inflight`) -----------------------------------------
+
+    def _prepare_ahead(self, ahead: Ahead) -> Job | Attempt:
+        return self._prepare(
+            ahead.side,
+            ahead.item,
+            index=ahead.index,
+            repeat=ahead.repeat,
+            retry=0,
+            warmup=ahead.warmup,
+            round=ahead.round,
+            coverage=None,
+            server_last=False,
+        )
+
+    @property
+    def sent_ahead(self) -> int:
+        """How many attempts were sent before their turn."""
+        return self.pipeline.sent
+
+    def in_flight(self, side: Side, item: PlanItem) -> bool:
+        """Whether an attempt of ``item`` was sent ahead and is running (a stop requested now
+        lets it finish and records it, like any attempt in flight)."""
+        return self.pipeline.in_flight(side, item.name)
+
+    def _abandon(self, flight: InFlight) -> None:
+        """An attempt sent ahead that the run did not ask for next: a bug of the harness. Its
+        worker is replaced, so nothing it did reaches the next attempt."""
+        self._drop(flight.job.spec, flight.handle, fresh=False)
+        self._infra_error(
+            flight.key[0],
+            f"{flight.job.item.name} attempt {flight.job.job.index}: sent ahead but not asked "
+            "for next (a harness bug); its worker was replaced",
+        )
 
     def _slug(self, name: str) -> str:
         found = self._slugs.get(name)
@@ -368,4 +467,5 @@ class Executor:
             self.pool.discard(spec)
 
     def close(self) -> None:
+        self.pipeline.take()  # (a second Ctrl-C: its worker is killed with the others)
         self.pool.close()

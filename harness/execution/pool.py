@@ -181,6 +181,7 @@ class WorkerHandle:
             os.close(key_r)
         self.pid = self.proc.pid
         self._buf = b""
+        self._sent_dump = 0
         self.attempts_served = 0
         try:
             line = self._read_line(spec.start_timeout_s)
@@ -231,11 +232,13 @@ class WorkerHandle:
         except OSError:
             return ""
 
-    def _read_line(self, timeout: float) -> bytes:
+    def _read_line(self, timeout: float, offset: int | None = None) -> bytes:
+        """The next line, within ``timeout``; a hang or crash is raised with the stacks the
+        worker dumped past ``offset`` (default: the dump's size now)."""
         assert self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
         deadline = time.monotonic() + timeout
-        offset = self._dump_offset()
+        offset = self._dump_offset() if offset is None else offset
         while b"\n" not in self._buf:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -291,17 +294,36 @@ class WorkerHandle:
         back does not answer this request from this worker (the worker is then killed: a
         worker that said something unexpected is not trusted with the next case).
         """
+        self.send(msg)
+        return self.receive(msg, time.monotonic() + timeout, timeout, case_id=case_id, index=index)
+
+    def send(self, msg: p.Request, *, line: str | None = None) -> None:
+        """Write one request (its answer is read by :meth:`receive`), or ``line``, its text
+        made already; WorkerCrashed when the worker is gone."""
         assert self.proc.stdin is not None
+        # a crash's stacks are what the dump gains from now on (its answer may be read late)
+        self._sent_dump = self._dump_offset()
         try:
-            self.proc.stdin.write(p.encode(msg).encode())
+            self.proc.stdin.write((p.encode(msg) if line is None else line).encode())
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             rc = self._wait_exit()
             raise WorkerCrashed(describe_exit(rc), rc, "") from None
-        deadline = time.monotonic() + timeout
+
+    def receive(
+        self,
+        msg: p.Request,
+        deadline: float,
+        timeout: float,
+        *,
+        case_id: str | None = None,
+        index: int | None = None,
+    ) -> p.Reply:
+        """The answer to ``msg``, sent earlier, by ``deadline`` (``time.monotonic``;
+        ``timeout``: the limit it stands for, as the error names it)."""
         while True:
             try:
-                line = self._read_line(max(0.0, deadline - time.monotonic()))
+                line = self._read_line(max(0.0, deadline - time.monotonic()), self._sent_dump)
             except WorkerTimeout as exc:
                 raise WorkerTimeout(timeout, exc.stacks) from None
             try:
@@ -384,6 +406,11 @@ class WorkerPool:
             handle = self._new(spec)
             self._workers[spec] = handle
         return handle
+
+    def live(self, spec: WorkerSpec) -> WorkerHandle | None:
+        """The running worker of ``spec`` that :meth:`get` would return, without starting one."""
+        handle = self._workers.get(spec)
+        return handle if handle is not None and handle.alive() else None
 
     def fresh(self, spec: WorkerSpec) -> WorkerHandle:
         """A bare worker of its own, for one fresh-interpreter attempt; the caller closes it

@@ -22,6 +22,7 @@ from harness.errors import CaseFileError, UsageError
 from harness.execution.aggregate import aggregate, skipped
 from harness.execution.coverage import coverage_attempt
 from harness.execution.executor import Executor
+from harness.execution.inflight import Ahead
 from harness.execution.journal import JournalWriter
 from harness.execution.pool import WorkerPool
 from harness.execution.retry import Budget, with_retries
@@ -158,6 +159,7 @@ class Runner:
         self.harness_errors: list[str] = []
         self.missing: list[MissingCase] = []
         self.failed_fast: str | None = None  # the case after whose failure --fail-fast stopped
+        self._next_item: PlanItem | None = None  # the plan's item after the one running now
 
     @property
     def infra_errors(self) -> list[str]:
@@ -188,21 +190,29 @@ class Runner:
 
     # -- one unit, one case --------------------------------------------------------------------
 
-    def run_unit(self, unit: Unit, attempts: list[Attempt]) -> Attempt:
-        """One warm-up or measured run of a case (with its retries), appended to ``attempts``."""
+    def run_unit(self, unit: Unit, attempts: list[Attempt], then: Unit | None = None) -> Attempt:
+        """One warm-up or measured run of a case (with its retries), appended to ``attempts``.
+        ``then``: the run that follows it if it passes (sent to the worker ahead, see
+        :mod:`.inflight`)."""
 
         server_last = self._server_last(unit)
 
         def once(retry: int) -> Attempt:
+            index = len(attempts)
+            ahead = None
+            if then is not None:
+                nxt = index + 1 if then.item.name == unit.item.name else 0
+                ahead = Ahead(then.side, then.item, nxt, then.repeat, then.warmup, then.round)
             return self.executor.attempt(
                 unit.side,
                 unit.item,
-                index=len(attempts),
+                index=index,
                 repeat=unit.repeat,
                 retry=retry,
                 warmup=unit.warmup,
                 round=unit.round,
                 server_last=server_last,
+                ahead=ahead,
             )
 
         def record(a: Attempt) -> None:
@@ -248,18 +258,22 @@ class Runner:
         """Run one case on one platform (warm-ups, measured repeats, retries), then check it."""
         if item.skip_reason is not None:
             return self._keep(skipped(item, item.skip_reason, side=self.side))
-        if self.stop_requested:
+        if self.stop_requested and not self.executor.in_flight(self.side, item):
             return self._keep(skipped(item, "not run: run interrupted", side=self.side))
         if self.failed_fast is not None:
             return self._not_run(item)
         schedule = Linear([item], repeats=self.options.repeats, side=self.side)
+        runs = schedule.runs_of(item)
         attempts: list[Attempt] = []
         try:
-            for unit in schedule.units(item):
-                final = self.run_unit(unit, attempts)
+            for k, unit in enumerate(schedule.units(item)):
+                then = runs[k + 1] if k + 1 < len(runs) else self._first_of_next(schedule)
+                final = self.run_unit(unit, attempts, then)
                 schedule.feedback(unit, final)
-                if self.stop_requested or final.status == "skipped":
+                if final.status == "skipped":
                     break  # a skipped attempt (a missing requirement) skips the whole case
+                if self.stop_requested and not self.executor.in_flight(self.side, item):
+                    break  # (a run sent ahead is in flight: it finishes and is recorded)
             prof = self.options.profile
             result = aggregate(
                 item,
@@ -303,6 +317,16 @@ class Runner:
                     side=self.side,
                 )
             )
+
+    def _first_of_next(self, schedule: Linear) -> Unit | None:
+        """The first run of the plan's next case, when it surely runs after this one: it is
+        not skipped, and neither --fail-fast nor a coverage attempt nor a stop can come
+        between (:mod:`.inflight`)."""
+        nxt = self._next_item
+        if nxt is None or self.options.fail_fast or self.options.coverage or self.stop_requested:
+            return None
+        runs = schedule.runs_of(nxt)
+        return runs[0] if runs else None
 
     def take_coverage(self, side: Side, item: PlanItem) -> CoverageRecord:
         """One coverage attempt of ``item`` on ``side`` (:func:`.coverage.coverage_attempt`)."""
@@ -354,7 +378,10 @@ class Runner:
             for i, item in enumerate(items, 1):
                 if self.options.item_progress is not None and self.failed_fast is None:
                     self.options.item_progress(i, len(items), item.name)
+                after = items[i] if i < len(items) else None
+                self._next_item = after if after is not None and after.skip_reason is None else None
                 out.append(self.run_item(item))
+            self._next_item = None
         except KeyboardInterrupt:
             # A second Ctrl-C: abort the attempt in flight, keep everything already recorded.
             self.interrupted = True

@@ -205,10 +205,22 @@ _reuse = False
 _last: _Snapshot | None = None  # what the last attempt was restored to, when reusable
 
 
+_pending: _Snapshot | None = None  # the next attempt's snapshot, taken ahead (prepare)
+
+
 def forget() -> None:
     """Something other than an attempt ran: read everything afresh before the next one."""
-    global _last
-    _last = None
+    global _last, _pending
+    _last = _pending = None
+
+
+def prepare() -> None:
+    """Take the next attempt's snapshot now, while the worker waits for its request (after
+    it answered the last one, while the manager records that answer): nothing runs in the
+    worker between now and that attempt but reading and decoding its request, so the state
+    is the same. The caller calls :func:`forget` if anything else runs first."""
+    global _pending
+    _pending = _take() if _reuse else None
 
 
 def _take() -> _Snapshot:
@@ -372,9 +384,10 @@ def isolated(job: AttemptJob | None = None) -> Iterator[Guard]:
     In a child that a target forked and that returned from it, the exit does nothing: that
     process is not the worker and exits at once (:mod:`.main`).
     """
-    global _last
+    global _last, _pending
     guard = Guard()
-    snap = _take()
+    snap = _pending if _pending is not None and _pending.pid == _getpid() else _take()
+    _pending = None
     try:
         yield guard
     finally:

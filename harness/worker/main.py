@@ -34,6 +34,7 @@ from harness.worker import protocol as p
 from harness.worker.isolation import configure as configure_isolation
 from harness.worker.isolation import forget as forget_snapshot
 from harness.worker.isolation import isolated
+from harness.worker.isolation import prepare as prepare_snapshot
 from harness.worker.leftovers import become_subreaper
 
 # Captured at import: a target that replaces os.getpid must not fool the worker's own checks.
@@ -102,8 +103,11 @@ def _handle(msg: p.Request) -> p.Reply:
         with ExitStack() as stack:
             if msg.job.coverage is not None:
                 # Outside the isolation: the tracer is on before its snapshot and after its
-                # check, so it reads as no change of the process's state.
+                # check, so it reads as no change of the process's state (the snapshot taken
+                # ahead, before the tracer, is dropped).
                 from harness.worker.coverage import measure
+
+                forget_snapshot()
 
                 covered = stack.enter_context(measure(msg.job.coverage))
                 modules = len(sys.modules)
@@ -194,7 +198,15 @@ def main(argv: list[str] | None = None) -> int:
         try:
             _answer(proto, reply)
         except ValueError as exc:  # e.g. an unserializable value: never let the protocol break
+            forget_snapshot()
             _answer(proto, p.ErrorReply(nonce, _getpid(), f"unserializable reply: {exc}"))
+            continue
+        if isinstance(reply, p.AttemptReply) and not reply.replace_worker:
+            # while the manager records this answer: the next attempt's snapshot
+            try:
+                prepare_snapshot()
+            except Exception:  # read again, in full, when the next attempt starts
+                forget_snapshot()
     pool = sys.modules.get("harness.worker.server_pool")
     if pool is not None:  # servers that cases shared and no case marked as done with
         try:

@@ -41,6 +41,11 @@ def _case_json(case: Case) -> dict[str, Any]:
     return d
 
 
+def case_json(case: Case) -> dict[str, Any]:
+    """The JSON of ``case`` as a request carries it (made once per prepared case)."""
+    return _case_json(case)
+
+
 class ProtocolError(Exception):
     """A line that is not a valid message, or a reply that does not answer the request."""
 
@@ -249,6 +254,17 @@ def encode(msg: Request | Reply, *, key: str | None = None) -> str:
     return json_dumps(d) + "\n"
 
 
+def job_text(job: AttemptJob) -> str:
+    """The JSON text of ``job``, for :func:`encode_attempt`."""
+    return json_dumps(job.to_json())
+
+
+def encode_attempt(nonce: str, job: str) -> str:
+    """The line of an :class:`AttemptRequest` whose job's JSON text (:func:`job_text`) was made
+    before its nonce was known; it reads back as :func:`encode`'s line does."""
+    return f'{{"nonce": {json.dumps(nonce)}, "job": {job}, "op": "attempt"}}\n'
+
+
 def _parse(line: str | bytes, table: Mapping[str, type[Any]], key: bytes | None = None) -> Any:
     try:
         d = json.loads(line)
@@ -319,8 +335,11 @@ __all__ = [
     "Reply",
     "Request",
     "Unsigned",
+    "case_json",
     "decode_reply",
     "decode_request",
     "encode",
+    "encode_attempt",
+    "job_text",
     "sign",
 ]

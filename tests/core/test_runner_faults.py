@@ -339,3 +339,66 @@ def test_command_case_that_times_out_is_timeout_not_error(project: Path) -> None
     case = by_id(report)["cmd-hangs"]
     assert [a.status for a in case.attempts] == ["timeout"], case.attempts
     assert case.status == "timeout"
+
+
+def test_attempts_sent_ahead_are_recorded_against_their_own_case(project: Path) -> None:
+    """The next attempt goes to the worker while the manager records the last one
+    (harness.execution.inflight): a crash or a hang in it is that attempt's, in plan order."""
+    write_cases(
+        project,
+        "ahead.toml",
+        """
+        [[case]]
+        id = "a1-ok"
+        kind = "loader"
+        target = "tmod:ok"
+        repeats = 2
+
+        [[case]]
+        id = "a2-segv"
+        kind = "loader"
+        target = "tmod:segv"
+        retries = 0
+
+        [[case]]
+        id = "a3-ok"
+        kind = "loader"
+        target = "tmod:ok"
+
+        [[case]]
+        id = "a4-hang"
+        kind = "loader"
+        target = "tmod:hang"
+        timeout_s = 2
+        retries = 0
+
+        [[case]]
+        id = "a5-ok"
+        kind = "loader"
+        target = "tmod:ok"
+    """,
+    )
+    report, runner = run_suite(project)
+    cases = by_id(report)
+    # sent ahead: a1's second run, a2 (after a1 passed), a4 (after a3); never after a failure
+    assert runner.executor.sent_ahead == 3
+    assert not report.infra_errors
+    a1, segv, hang = cases["a1-ok"], cases["a2-segv"], cases["a4-hang"]
+    assert a1.status == "passed" and len(a1.attempts) == 2
+    assert segv.status == "crashed" and "SIGSEGV" in segv.attempts[0].error.message
+    assert "in segv" in segv.attempts[0].error.traceback
+    assert segv.attempts[0].worker_pid == a1.attempts[1].worker_pid  # it ran in a1's worker
+    assert hang.status == "timeout" and hang.attempts[0].duration_s >= 2.0
+    assert "in hang" in hang.attempts[0].error.traceback
+    assert cases["a3-ok"].status == cases["a5-ok"].status == "passed"
+    journal = [
+        json.loads(line) for line in (runner.run_dir / "attempts.jsonl").read_text().splitlines()
+    ]
+    assert [(a["case_id"], a["index"]) for a in journal] == [
+        ("a1-ok", 0),
+        ("a1-ok", 1),
+        ("a2-segv", 0),
+        ("a3-ok", 0),
+        ("a4-hang", 0),
+        ("a5-ok", 0),
+    ]
