@@ -168,34 +168,6 @@ class Executor:
 
     # -- one attempt ---------------------------------------------------------------------------
 
-    def attempt(
-        self,
-        side: Side,
-        item: PlanItem,
-        *,
-        index: int,
-        repeat: int,
-        retry: int,
-        warmup: bool,
-        round: int = 0,
-        server_last: bool = False,
-        ahead: Ahead | None = None,
-    ) -> Attempt:
-        """One attempt, recorded whatever happens to the worker. ``server_last``: no later
-        case of this side needs the case's named server (the worker stops it after this).
-        ``ahead``: the attempt that runs next if this one passes (:meth:`run_job`)."""
-        return self.run_job(
-            side,
-            item,
-            index=index,
-            repeat=repeat,
-            retry=retry,
-            warmup=warmup,
-            round=round,
-            server_last=server_last,
-            ahead=ahead,
-        )[0]
-
     def run_job(
         self,
         side: Side,

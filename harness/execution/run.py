@@ -203,7 +203,7 @@ class Runner:
             if then is not None:
                 nxt = index + 1 if then.item.name == unit.item.name else 0
                 ahead = Ahead(then.side, then.item, nxt, then.repeat, then.warmup, then.round)
-            return self.executor.attempt(
+            attempt, _ = self.executor.run_job(
                 unit.side,
                 unit.item,
                 index=index,
@@ -214,6 +214,7 @@ class Runner:
                 server_last=server_last,
                 ahead=ahead,
             )
+            return attempt
 
         def record(a: Attempt) -> None:
             attempts.append(a)

@@ -77,7 +77,7 @@ def notes_per_side(
     try:
         for i in range(attempts):
             for side in ("base", "head"):
-                a = ex.attempt(side, item, index=i, repeat=i, retry=0, warmup=False)
+                a, _ = ex.run_job(side, item, index=i, repeat=i, retry=0, warmup=False)
                 assert a.status == "passed", a.error
                 out[side].append(dict(a.notes))
     finally:
