@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -334,7 +334,6 @@ class CaseResult:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> CaseResult:
-        attempts = tuple(Attempt.from_json(a) for a in d.get("attempts", []))
         return cls(
             id=d["id"],
             kind=d["kind"],
@@ -343,8 +342,8 @@ class CaseResult:
             simulated=d.get("simulated", False),
             source=d.get("source", ""),
             reason=d.get("reason"),
-            checks=_case_checks(d.get("checks", []), d.get("attempts", []), attempts),
-            attempts=attempts,
+            checks=tuple(CheckResult.from_json(c) for c in d.get("checks", [])),
+            attempts=tuple(Attempt.from_json(a) for a in d.get("attempts", [])),
             seed=d.get("seed"),
             repeats=d.get("repeats", 1),
             reference=d.get("reference"),
@@ -353,32 +352,6 @@ class CaseResult:
             policy=d.get("policy", {}),
             coverage=CoverageRecord.from_json(d["coverage"]) if d.get("coverage") else None,
         )
-
-
-def _case_checks(
-    raw: Sequence[Mapping[str, Any]],
-    raw_attempts: Sequence[Mapping[str, Any]],
-    attempts: Sequence[Attempt],
-) -> tuple[CheckResult, ...]:
-    """A case's checks from JSON: one written exactly as a check of its attempts (a case
-    repeats its last measured attempt's checks) is that attempt's record, not a second one
-    built (half the checks of a merge of 5,000 cases). A value or threshold that Python finds
-    equal but JSON spells as another type (1, 1.0, true) is not the same check."""
-    of: dict[Any, list[tuple[Mapping[str, Any], CheckResult]]] = {}
-    for a_raw, a in zip(raw_attempts, attempts, strict=True):
-        for c_raw, rec in zip(a_raw.get("checks", ()), a.checks, strict=True):
-            of.setdefault(c_raw.get("name"), []).append((c_raw, rec))
-    out: list[CheckResult] = []
-    for c in raw:
-        for c_raw, same in of.get(c.get("name"), ()):
-            if c_raw == c and all(
-                type(c_raw.get(k)) is type(c.get(k)) for k in ("value", "threshold")
-            ):
-                out.append(same)
-                break
-        else:
-            out.append(CheckResult.from_json(c))
-    return tuple(out)
 
 
 @dataclass(frozen=True)
