@@ -24,6 +24,7 @@ from typing import IO
 
 from harness import platforms
 from harness.errors import WorkerError
+from harness.execution.zygote import ForkedProcess, fork_worker
 from harness.platforms.devices import pin_env
 from harness.worker import protocol as p
 
@@ -49,6 +50,17 @@ def _harness_root() -> str | None:
     return None if root.name in ("site-packages", "dist-packages") else str(root)
 
 
+def _boot(entry: str) -> str:
+    root = _harness_root()
+    boot = "import sys\n"
+    if root is not None:
+        boot += f"sys.path.append({root!r})\n"
+    return boot + f"from harness.worker.{entry} import main\nsys.exit(main({ARGS[entry]}))\n"
+
+
+ARGS = {"main": "", "zygote": "sys.argv[1:]"}
+
+
 def worker_argv(python: str) -> list[str]:
     """How ``python`` starts the worker so that the code under test comes only from the import
     path it is given (code provenance, DESIGN.md): ``-P`` keeps the working folder (the working
@@ -56,12 +68,7 @@ def worker_argv(python: str) -> list[str]:
     so ``PYTHONPATH`` (the side's code roots first) leads, then the interpreter's own
     environment. The harness's own source folder, when it runs from one, comes last, so that
     the harness imports in the worker without shadowing anything."""
-    root = _harness_root()
-    boot = "import sys\n"
-    if root is not None:
-        boot += f"sys.path.append({root!r})\n"
-    boot += "from harness.worker.main import main\nsys.exit(main())\n"
-    return [python, "-P", "-c", boot]
+    return [python, "-P", "-c", _boot("main")]
 
 
 class WorkerTimeout(Exception):
@@ -149,11 +156,12 @@ class WorkerHandle:
         env["HARNESS_MANAGER_PID"] = str(os.getpid())
         env.update(spec.pin_env())
         env.update(dict(spec.extra_env))
-        argv = [*worker_argv(spec.python), "--stackdump", str(self.dump_path)]
+        args = ["--stackdump", str(self.dump_path)]
         # A persistent worker also imports the attempt runner (the checks, the metrics) before
         # it says it is ready: a one-off cost of the worker's start, never of its first case.
-        for mod in () if spec.fresh else (*spec.preimport, WORKER_ATTEMPT):
-            argv += ["--preimport", mod]
+        preimport = () if spec.fresh else (*spec.preimport, WORKER_ATTEMPT)
+        for mod in preimport:
+            args += ["--preimport", mod]
         self._log: IO[bytes] = open(self.log_path, "ab")  # noqa: SIM115 - closed in close()
         # The worker signs every reply with this key, read from a pipe into memory that a fork
         # does not copy: a child forked from it cannot answer for it (protocol.sign).
@@ -166,17 +174,40 @@ class WorkerHandle:
         # Seconds the worker may need at exit to stop the servers cases shared in it (set by
         # the executor after an attempt that left one running); 0: none.
         self.servers_stop_s = 0.0
+        self.proc: subprocess.Popen[bytes] | ForkedProcess
         try:
-            self.proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=self._log,
-                env=env,
-                cwd=spec.cwd,
-                pass_fds=(key_r,),
-                start_new_session=True,  # its own process group: killable as a whole, no Ctrl-C
+            forked, why = (
+                (None, "a fresh interpreter")
+                if spec.fresh
+                else fork_worker(
+                    python=spec.python,
+                    boot=_boot("zygote"),
+                    argv=args,
+                    env=env,
+                    code_roots=spec.code_roots,
+                    cwd=spec.cwd,
+                    modules=preimport,
+                    log_fd=self._log.fileno(),
+                    log_dir=log_dir,
+                    key_fd=key_r,
+                    timeout=spec.start_timeout_s,
+                )
             )
+            if forked is not None:
+                self.proc = forked
+            else:
+                self._log.write(f"[harness] spawned, not forked: {why}\n".encode())
+                self._log.flush()
+                self.proc = subprocess.Popen(
+                    [*worker_argv(spec.python), *args],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=self._log,
+                    env=env,
+                    cwd=spec.cwd,
+                    pass_fds=(key_r,),
+                    start_new_session=True,  # its own process group: killable, no Ctrl-C
+                )
         finally:
             os.close(key_r)
         self.pid = self.proc.pid

@@ -142,7 +142,9 @@ def _handle(msg: p.Request) -> p.Reply:
     raise p.ProtocolError(f"unexpected request {msg!r}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, parent_pid: int | None = None) -> int:
+    """The worker's loop; ``parent_pid``: the zygote it was forked from, when it was
+    (:mod:`harness.worker.zygote`), else the manager started it."""
     global _WORKER_PID, _proto_fd, _reply_key
     parser = argparse.ArgumentParser(prog="python -m harness.worker")
     parser.add_argument("--stackdump", required=True, help="file for faulthandler stack dumps")
@@ -166,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True)
     # The manager owns interruption: a Ctrl-C in the terminal must not kill a half-done attempt.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _die_with_parent()
+    die_with_parent(str(parent_pid) if parent_pid else os.environ.get("HARNESS_MANAGER_PID"))
     become_subreaper()
     configure_isolation(stackdump=dump, reuse=True)
     for name in args.preimport:
@@ -248,8 +250,9 @@ def _settle_heap() -> None:
     gc.freeze()
 
 
-def _die_with_parent() -> None:
-    """On Linux, ask the kernel to SIGKILL this worker when the manager dies."""
+def die_with_parent(parent: str | None) -> None:
+    """On Linux, ask the kernel to SIGKILL this process when its parent (pid ``parent``: the
+    manager, or the zygote that forked it) dies."""
     if not sys.platform.startswith("linux"):
         return
     try:
@@ -260,8 +263,7 @@ def _die_with_parent() -> None:
         libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
     except (OSError, AttributeError):
         return
-    manager = os.environ.get("HARNESS_MANAGER_PID")
-    if manager and os.getppid() != int(manager):  # the manager died before prctl took effect
+    if parent and os.getppid() != int(parent):  # the parent died before prctl took effect
         os._exit(1)
 
 

@@ -5,6 +5,7 @@ A module with a unique name, not conftest: several test folders have a conftest.
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
@@ -163,7 +164,9 @@ def by_id(report: RunReport) -> dict[str, object]:
 
 
 def workers_alive(workers: Path) -> list[str]:
-    """Command lines of live (not zombie) worker processes of the run whose workers/ is given."""
+    """Command lines of live (not zombie) worker processes of the run whose workers/ is given:
+    a spawned worker names its stack-dump file there on its command line; one forked from the
+    zygote shows the zygote's command line, and is found by the files it holds open there."""
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -171,9 +174,12 @@ def workers_alive(workers: Path) -> list[str]:
         try:
             cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
             state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            holds = "harness.worker" in cmd and any(
+                os.readlink(fd).startswith(str(workers)) for fd in (proc / "fd").iterdir()
+            )
         except OSError:
             continue
-        if "harness.worker" in cmd and str(workers) in cmd and state != "Z":
+        if "harness.worker" in cmd and (str(workers) in cmd or holds) and state != "Z":
             found.append(f"{proc.name}: {cmd}")
     return found
 
