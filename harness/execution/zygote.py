@@ -14,6 +14,7 @@ import atexit
 import contextlib
 import json
 import os
+import resource
 import select
 import signal
 import socket
@@ -146,10 +147,34 @@ _broken: set[tuple[object, ...]] = set()
 _lock = threading.Lock()
 
 
+def _umask() -> int:
+    """The process's umask, read without setting it (Linux >= 4.7), else set and put back."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
+
+
+def _inherited() -> tuple[object, ...]:
+    """What a spawned worker inherits from the manager besides its environment, as it is now:
+    a zygote serves only a manager still in that state (a forked worker inherits the zygote's)."""
+    umask = _umask()
+    limits = tuple(
+        resource.getrlimit(getattr(resource, name))
+        for name in sorted(dir(resource))
+        if name.startswith("RLIMIT_")
+    )
+    affinity = tuple(sorted(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else ()
+    return umask, limits, affinity, os.getpriority(os.PRIO_PROCESS, 0)
+
+
 def _zygote(
     python: str, boot: str, env: dict[str, str], modules: Sequence[str], log: Path, timeout: float
 ) -> Zygote | None:
-    key = (python, boot, tuple(modules), tuple(sorted(env.items())))
+    key = (python, boot, tuple(modules), tuple(sorted(env.items())), _inherited())
     with _lock:
         if key in _broken:
             return None
@@ -218,7 +243,8 @@ def fork_worker(
             "argv": list(argv),
             "env": dict(env),
             "code_roots": list(code_roots),
-            "cwd": cwd,
+            # a spawn with no working folder given runs in the manager's current one
+            "cwd": os.path.join(os.getcwd(), cwd or ""),
         }
         try:
             reply = z.fork(

@@ -23,7 +23,7 @@ from harness.worker.zygote import shadowed
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
 DUMP = """
-import json, os, signal, sys
+import json, os, resource, signal, sys
 
 def _links():
     for fd in os.listdir("/proc/self/fd"):
@@ -50,6 +50,10 @@ def dump():
         ),
         "signals": {s: str(signal.getsignal(s)) for s in range(1, 32) if s not in (9, 19)},
         "mask": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
+        "umask": [l for l in open("/proc/self/status") if l.startswith("Umask")],
+        "nice": os.getpriority(os.PRIO_PROCESS, 0),
+        "affinity": sorted(os.sched_getaffinity(0)),
+        "limits": [resource.getrlimit(getattr(resource, n)) for n in dir(resource) if n.startswith("RLIMIT_")],
         "ppid": os.getppid(),
         "site_ran": os.environ.get("SITE_RAN"),
     }
