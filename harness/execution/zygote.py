@@ -93,6 +93,8 @@ class Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock = ours
         self.lock = threading.Lock()
+        self.serial = 0
+        self.dead = False
         self.log = log
         with open(log, "ab") as err:
             try:
@@ -123,16 +125,26 @@ class Zygote:
     def fork(
         self, request: Mapping[str, object], fds: list[int], timeout: float
     ) -> dict[str, object]:
+        """The zygote's answer to ``request``; a zygote that does not answer it in time, or
+        answers another, is let go (a late answer must never be taken for the next one's)."""
         with self.lock:
-            socket.send_fds(self.sock, [json.dumps(request).encode()], fds)
-            answer = self._recv(timeout)
-        if not answer:
-            raise OSError(f"the zygote {self.proc.pid} did not answer (log: {self.log})")
-        reply: dict[str, object] = json.loads(answer)
+            self.serial += 1
+            try:
+                socket.send_fds(
+                    self.sock, [json.dumps({**request, "id": self.serial}).encode()], fds
+                )
+                answer = self._recv(timeout)
+                reply: dict[str, object] = json.loads(answer or b"null") or {}
+                if reply.get("id") != self.serial:
+                    raise ValueError(f"the zygote {self.proc.pid} answered {answer!r}")
+            except BaseException:
+                self.dead = True
+                self.close()
+                raise
         return reply
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return not self.dead and self.proc.poll() is None
 
     def close(self) -> None:
         """Let it go: it forks nothing more and exits when its last worker has (killing it
@@ -173,15 +185,15 @@ def _inherited() -> tuple[object, ...]:
 
 def _zygote(
     python: str, boot: str, env: dict[str, str], modules: Sequence[str], log: Path, timeout: float
-) -> Zygote | None:
+) -> tuple[Zygote | None, str]:
     key = (python, boot, tuple(modules), tuple(sorted(env.items())), _inherited())
     with _lock:
         if key in _broken:
-            return None
+            return None, "the zygote did not start earlier in this process"
         z = _zygotes.get(key)
         if z is not None and z.alive():
             _zygotes.move_to_end(key)
-            return z
+            return z, ""
         if z is not None:
             z.close()
             del _zygotes[key]
@@ -191,14 +203,14 @@ def _zygote(
             with contextlib.suppress(ProcessLookupError):
                 os.kill(z.proc.pid, signal.SIGKILL)
             _broken.add(key)  # not again in this process: plain spawns from here on
-            return None
+            return None, f"the zygote did not start (log: {log})"
         with contextlib.suppress(OSError):
             if log.stat().st_size == 0:  # a start that said nothing
                 log.unlink()
         _zygotes[key] = z
         while len(_zygotes) > MAX_ZYGOTES:
             _zygotes.popitem(last=False)[1].close()
-        return z
+        return z, ""
 
 
 def fork_worker(
@@ -223,22 +235,23 @@ def fork_worker(
     base = {k: v for k, v in env.items() if k not in PER_WORKER_ENV}
     pythonpath = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     # the zygote's import path is the worker's without the code roots in front
-    rest = (
-        pythonpath[len(code_roots) :] if pythonpath[: len(code_roots)] == list(code_roots) else None
-    )
-    if rest is None:
+    if pythonpath[: len(code_roots)] != list(code_roots):
         return None, "PYTHONPATH does not start with the code roots"
+    rest = pythonpath[len(code_roots) :]
     if rest:
         base["PYTHONPATH"] = os.pathsep.join(rest)
     t0 = time.monotonic()
     try:
         log = log_dir / f"zygote-{os.getpid()}-{len(_zygotes) + len(_broken)}.log"
-        z = _zygote(python, boot, base, modules, log, timeout)
+        z, why = _zygote(python, boot, base, modules, log, timeout)
         if z is None:
-            return None, "the zygote did not start (see zygote-*.log)"
-        stdin_r, stdin_w = os.pipe()
-        stdout_r, stdout_w = os.pipe()
-        status_r, status_w = os.pipe()
+            return None, why
+    except OSError as exc:
+        return None, f"the zygote did not start: {exc}"
+    stdin_r, stdin_w = os.pipe()
+    stdout_r, stdout_w = os.pipe()
+    status_r, status_w = os.pipe()
+    try:
         request: dict[str, object] = {
             "argv": list(argv),
             "env": dict(env),
@@ -256,7 +269,7 @@ def fork_worker(
             for fd in (stdin_r, stdout_w, status_w):
                 os.close(fd)
     except (OSError, ValueError) as exc:  # a zygote that died or answered nonsense
-        return None, f"the zygote failed: {exc}"
+        reply = {"refused": f"it failed: {exc}"}
     pid = reply.get("pid")
     if not isinstance(pid, int):
         for fd in (stdin_w, stdout_r, status_r):

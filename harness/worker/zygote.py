@@ -144,13 +144,14 @@ def serve(sock: socket.socket, path: list[str]) -> None:
             break  # the manager is done with this zygote
         try:
             req = json.loads(msg)
-            why = shadowed(req["code_roots"])
+            why = shadowed(req["code_roots"]) if req["id"] is not None else "no id"
         except (ValueError, KeyError, TypeError) as exc:
             why = f"bad request: {exc}"
         if why is not None or len(fds) != MAX_FDS:
             for fd in fds:
                 os.close(fd)
-            sock.send(json.dumps({"refused": why or f"{len(fds)} fds"}).encode())
+            answer = {"refused": why or f"{len(fds)} fds", "id": _id(msg)}
+            sock.send(json.dumps(answer).encode())
             continue
         sys.stdout.flush()
         sys.stderr.flush()
@@ -161,7 +162,7 @@ def serve(sock: socket.socket, path: list[str]) -> None:
         children[pid] = fds[4]
         for fd in fds[:4]:
             os.close(fd)
-        sock.send(json.dumps({"pid": pid}).encode())
+        sock.send(json.dumps({"pid": pid, "id": req["id"]}).encode())
     # Its workers die with it (their parent-death signal): it stays until the last one exits.
     sock.close()
     signal.set_wakeup_fd(-1)
@@ -171,6 +172,13 @@ def serve(sock: socket.socket, path: list[str]) -> None:
         except ChildProcessError:
             break
         _deliver(children, pid, status)
+
+
+def _id(msg: bytes) -> object:
+    try:
+        return json.loads(msg).get("id")
+    except (ValueError, AttributeError):
+        return None
 
 
 def _deliver(children: dict[int, int], pid: int, status: int) -> None:
@@ -201,6 +209,11 @@ def main(argv: list[str]) -> int:
     for name in argv[1:]:
         if importlib.util.find_spec(name) is not None:
             __import__(name)
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        # a CUDA (or HIP) context does not survive a fork: spawn the workers instead
+        print("torch initialized CUDA while importing: not forking", file=sys.stderr)
+        return 1
     path = list(sys.path)
     # as the worker settles its heap after its imports: frozen here, a forked worker's first
     # collection neither walks torch's objects nor copies the pages they live in
