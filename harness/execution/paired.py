@@ -17,8 +17,10 @@ persistent workers, consistently over 7 rounds and over all four of its steps, w
 number of rounds averages out and a confirmation batch in the same workers would confirm.
 With a new process per round, that speed is one more random effect of the round, so rounds
 are exchangeable and the rank tests' error rates hold (asv's ``rounds`` and pyperf's worker
-processes do the same). ``worker_per_round=False`` keeps one worker per side for the whole
-comparison: faster, for comparisons whose subject is not latency.
+processes do the same). Each round's pair forks from a zygote of its own
+(:mod:`harness.execution.zygote`): a zygote's exec lays out memory once, and every worker
+forked from it inherits that layout. ``worker_per_round=False`` keeps one worker per side for
+the whole comparison: faster, for comparisons whose subject is not latency.
 
 **Several runs per round** (``runs_per_round``, 3 by default in ``harness compare`` with fresh
 workers): each case runs that many times per side in the round's pair, alternating A B B A A B,
@@ -37,6 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from harness.cases import PlanItem
+from harness.execution import zygote
 from harness.execution.aggregate import aggregate, skipped
 from harness.execution.executor import Executor
 from harness.execution.run import Runner, RunOptions, _now
@@ -73,6 +76,8 @@ class PairedRunner(Runner):
         self.next_round = 0
         self._warmed: set[str] = set()
         self.worker_per_round = worker_per_round
+        if worker_per_round:
+            zygote.renew()  # the first round's pair too: no zygote of earlier work
         self.runs_per_round = runs_per_round
         self.worker_sets = 0  # how many times both sides' workers were started afresh
         self._rounds_in_workers = 0  # rounds the live workers have run (a new pair: 0)
@@ -100,6 +105,7 @@ class PairedRunner(Runner):
                     # a new pair of processes, every case warmed up in it, for every round
                     # after the first (a case new to this batch included: once, not twice)
                     self.executor.close()
+                    zygote.renew()  # the new pair forks from a new zygote: a new layout
                     self.worker_sets += 1
                     self._rounds_in_workers = 0
                     warm = runnable

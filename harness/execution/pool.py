@@ -195,6 +195,10 @@ class WorkerHandle:
             )
             if forked is not None:
                 self.proc = forked
+                self._log.write(
+                    f"[harness] worker {forked.pid} forked from zygote {forked.zygote}\n".encode()
+                )
+                self._log.flush()
             else:
                 self._log.write(f"[harness] spawned, not forked: {why}\n".encode())
                 self._log.flush()

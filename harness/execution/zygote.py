@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-__all__ = ["ForkedProcess", "close_all", "enabled", "fork_worker"]
+__all__ = ["ForkedProcess", "close_all", "enabled", "fork_worker", "renew"]
 
 # Variables that differ between workers of one zygote and that nothing reads at import time:
 # the worker is given them in its environment after the fork.
@@ -45,8 +45,9 @@ def enabled(environ: Mapping[str, str]) -> bool:
 class ForkedProcess:
     """The part of :class:`subprocess.Popen` the pool uses, for a worker a zygote forked."""
 
-    def __init__(self, pid: int, stdin: int, stdout: int, status: int) -> None:
+    def __init__(self, pid: int, stdin: int, stdout: int, status: int, zygote: int) -> None:
         self.pid = pid
+        self.zygote = zygote  # the pid of the zygote it was forked from
         self.args = ["<forked worker>", str(pid)]
         self.stdin: IO[bytes] | None = os.fdopen(stdin, "wb")
         self.stdout: IO[bytes] | None = os.fdopen(stdout, "rb")
@@ -275,7 +276,14 @@ def fork_worker(
         for fd in (stdin_w, stdout_r, status_r):
             os.close(fd)
         return None, f"the zygote refused: {reply.get('refused')}"
-    return ForkedProcess(pid, stdin_w, stdout_r, status_r), ""
+    return ForkedProcess(pid, stdin_w, stdout_r, status_r, z.proc.pid), ""
+
+
+def renew() -> None:
+    """Workers started from now on come from new zygotes, hence new processes all through: a
+    comparison's fresh pair of workers per round must not inherit one memory layout (which
+    the zygote's exec randomized once) round after round; see :mod:`harness.execution.paired`."""
+    close_all()
 
 
 def close_all() -> None:

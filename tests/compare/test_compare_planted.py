@@ -147,6 +147,22 @@ def test_every_round_runs_in_a_fresh_pair_of_warmed_up_workers(
         assert len(seen) == len(set(seen)), by_round
     doc = json.loads((toy["runs"] / "planted" / "comparison.json").read_text())
     assert doc["settings"]["workers"] == "per round"
+    # Nor one zygote: its exec lays out memory once for every worker forked from it. Each
+    # round's pair forks from a zygote of its own.
+    forked = {}  # worker pid -> its zygote's pid, from the worker logs
+    for log in (toy["runs"] / "planted" / "workers").glob("*.log"):
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith("[harness] worker ") and " forked from zygote " in line:
+                worker, _, zyg = line.removeprefix("[harness] worker ").partition(
+                    " forked from zygote "
+                )
+                forked[int(worker)] = int(zyg)
+    zygotes: dict[int, set[int]] = {}
+    for side in ("base", "head"):
+        for rnd, ps in pids(toy, "planted", side, "clean").items():
+            zygotes.setdefault(rnd, set()).update(forked[p] for p in ps)
+    assert all(len(z) == 1 for z in zygotes.values()), zygotes  # both sides: one zygote
+    assert len(set.union(*zygotes.values())) == len(zygotes), zygotes  # a new one per round
 
 
 def test_reuse_workers_keeps_one_worker_per_side_and_says_so(toy: dict[str, Path]) -> None:

@@ -53,7 +53,9 @@ def dump():
         "umask": [l for l in open("/proc/self/status") if l.startswith("Umask")],
         "nice": os.getpriority(os.PRIO_PROCESS, 0),
         "affinity": sorted(os.sched_getaffinity(0)),
-        "limits": [resource.getrlimit(getattr(resource, n)) for n in dir(resource) if n.startswith("RLIMIT_")],
+        "limits": [
+            resource.getrlimit(getattr(resource, n)) for n in dir(resource) if n.startswith("RLIM")
+        ],
         "ppid": os.getppid(),
         "site_ran": os.environ.get("SITE_RAN"),
     }
