@@ -119,30 +119,18 @@ _GONE = object()
 
 # -- logging -------------------------------------------------------------------------------
 
-# (what is checked after every attempt: logging.disable's level, each logger's (level,
-# propagate, disabled), how many handlers and filters all loggers have, the root's handlers;
-# then the size of the logger table, the loggers, and each one's handlers and filters), or
-# None when logging is not imported. The check is a few C-level passes (a stack has ~100-300
-# loggers); a handler swapped for another on a logger other than the root is not seen.
+# (logging.disable's level, the size of the logger table, the loggers, and each one's
+# (level, propagate, disabled, handlers, filters) with copies of its handler and filter
+# lists), or None when logging is not imported. The check after every attempt is one C-level
+# pass over the loggers (a stack has ~100-300) and one comparison: each logger's live lists
+# compare equal to the copies while they hold the same handlers and filters, in order.
 LoggingState = tuple[Any, ...] | None
-_FLAGS = operator.attrgetter("level", "propagate", "disabled")
-_HANDLERS = operator.attrgetter("handlers")
-_FILTERS = operator.attrgetter("filters")
+_STATE = operator.attrgetter("level", "propagate", "disabled", "handlers", "filters")
 
 
 def _loggers(lg: Any) -> list[Any]:
     m = lg.root.manager
     return [lg.root, *(x for x in list(m.loggerDict.values()) if isinstance(x, lg.Logger))]
-
-
-def _check(lg: Any, loggers: list[Any]) -> tuple[Any, ...]:
-    return (
-        lg.root.manager.disable,
-        list(map(_FLAGS, loggers)),
-        sum(map(len, map(_HANDLERS, loggers))),
-        sum(map(len, map(_FILTERS, loggers))),
-        tuple(lg.root.handlers),
-    )
 
 
 def take_logging() -> LoggingState:
@@ -152,13 +140,8 @@ def take_logging() -> LoggingState:
     if lg is None:
         return None
     loggers = _loggers(lg)
-    return (
-        _check(lg, loggers),
-        len(lg.root.manager.loggerDict),
-        loggers,
-        list(map(tuple, map(_HANDLERS, loggers))),
-        list(map(tuple, map(_FILTERS, loggers))),
-    )
+    states = [(*x[:3], list(x[3]), list(x[4])) for x in map(_STATE, loggers)]
+    return lg.root.manager.disable, len(lg.root.manager.loggerDict), loggers, states
 
 
 def refresh_logging(saved: LoggingState) -> LoggingState:
@@ -174,16 +157,17 @@ def restore_logging(saved: LoggingState, restored: list[str]) -> None:
     if saved is None:
         return
     lg = sys.modules["logging"]
-    check, _, loggers, handlers, filters = saved
-    if _check(lg, loggers) == check:
+    disable, _, loggers, states = saved
+    now = list(map(_STATE, loggers))
+    if lg.root.manager.disable == disable and now == states:
         return
     what = []
-    if lg.root.manager.disable != check[0]:
-        lg.disable(check[0])
+    if lg.root.manager.disable != disable:
+        lg.disable(disable)
         what.append("logging.disable")
-    for logger, flag, hs, fs in zip(loggers, check[1], handlers, filters, strict=True):
-        if (_FLAGS(logger), tuple(logger.handlers), tuple(logger.filters)) != (flag, hs, fs):
-            logger.level, logger.propagate, logger.disabled = flag
+    for logger, state, before in zip(loggers, now, states, strict=True):
+        if state != before:
+            logger.level, logger.propagate, logger.disabled, hs, fs = before
             logger.handlers[:] = hs
             logger.filters[:] = fs
             what.append(logger.name)
