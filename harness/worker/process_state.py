@@ -16,7 +16,7 @@ import os
 import sys
 from typing import Any
 
-from harness.worker.imports import dict_version as _dict_version
+from harness.worker.imports import version_cell
 from harness.worker.knobs import SYS_KNOBS
 
 # Modules whose functions the harness calls in the worker between and around attempts (clocks,
@@ -56,22 +56,25 @@ _SYS_OWN = frozenset(
     )
 )
 
-# [module, a copy of its namespace, the namespace's version tag (None: not readable)]
+# [module, a copy of its namespace, the namespace's version tag (None: not readable), the
+# cell that reads the tag (imports.version_cell; the module keeps its namespace alive)]
 ModuleAttrs = list[list[Any]]
 
 
-def _version(d: dict[str, Any]) -> int | None:
-    return _dict_version(d) if _dict_version is not None else None
+def _version(cell: Any) -> int | None:
+    return int(cell.value) if cell is not None else None
 
 
 def take_module_attrs() -> ModuleAttrs:
     """A copy of each watched module's namespace (those imported), with its version tag."""
     mods = sys.modules
-    return [
-        [m, m.__dict__.copy(), _version(m.__dict__)]
-        for n in _MODULES
-        if (m := mods.get(n)) is not None
-    ]
+    out = []
+    for n in _MODULES:
+        m = mods.get(n)
+        if m is not None:
+            cell = version_cell(m.__dict__)
+            out.append([m, m.__dict__.copy(), _version(cell), cell])
+    return out
 
 
 def refresh_module_attrs(saved: ModuleAttrs) -> ModuleAttrs:
@@ -89,12 +92,12 @@ def restore_module_attrs(saved: ModuleAttrs, restored: list[str]) -> None:
     namespace whose version tag did not move was not written to and is not compared."""
     names: list[str] = []
     for entry in saved:
-        mod, before, version = entry
-        now = mod.__dict__
-        if version is not None and _version(now) == version:
+        mod, before, version, cell = entry
+        if version is not None and _version(cell) == version:
             continue
+        now = mod.__dict__
         if now == before:
-            entry[2] = _version(now)
+            entry[2] = _version(cell)
             continue
         name = mod.__name__
         changed = [
@@ -110,7 +113,7 @@ def restore_module_attrs(saved: ModuleAttrs, restored: list[str]) -> None:
         for k in added:
             del now[k]
         names += (f"{name}.{k}" for k in changed + added)
-        entry[2] = _version(now)
+        entry[2] = _version(cell)
     if names:
         restored.append(f"module attributes ({', '.join(names)})")
 
