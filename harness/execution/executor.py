@@ -416,6 +416,8 @@ class Executor:
 
     def _localize(self, attempt: Attempt) -> Attempt:
         """Output paths relative to the run folder; check values copied into ``metrics``."""
+        if not attempt.outputs and not attempt.checks and not attempt.intermediates.get("path"):
+            return attempt  # nothing to change (a trivial case's attempt: no copy made)
         outputs = {
             name: {**info, "path": os.path.relpath(info["path"], self.run_dir)}
             if info.get("path")

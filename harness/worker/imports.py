@@ -79,9 +79,29 @@ _dict_version = _dict_version_reader()
 dict_version = _dict_version  # for the other tables that check a dict cheaply
 
 
+def version_cell(d: dict[str, Any]) -> Any:
+    """An object whose ``value`` is ``d``'s version tag at each read (None where tags cannot
+    be read): ~0.2 us a read against ~1.5 us for :func:`dict_version`, which makes a new
+    ctypes object per call. Valid only while ``d`` lives: the caller keeps ``d`` alive."""
+    if _dict_version is None:
+        return None
+    import ctypes
+
+    return ctypes.c_uint64.from_address(id(d) + 3 * ctypes.sizeof(ctypes.c_ssize_t))
+
+
+_modules_cell: tuple[dict[str, Any], Any] | None = None
+
+
 def modules_version() -> int | None:
     """The version tag of ``sys.modules`` (None where it cannot be read)."""
-    return _dict_version(sys.modules) if _dict_version is not None else None
+    global _modules_cell
+    if _dict_version is None:
+        return None
+    mods = sys.modules
+    if _modules_cell is None or _modules_cell[0] is not mods:  # (held: the cell stays valid)
+        _modules_cell = (mods, version_cell(mods))
+    return int(_modules_cell[1].value)
 
 
 # sys.modules as the last attempt left it, and its version then. Between attempts the worker
@@ -123,4 +143,11 @@ def restore_modules(saved: dict[str, Any], version: int | None, restored: list[s
         restored.append(f"sys.modules ({', '.join(sorted(changed + fake))})")
 
 
-__all__ = ["lists", "modules", "modules_version", "restore_lists", "restore_modules"]
+__all__ = [
+    "lists",
+    "modules",
+    "modules_version",
+    "restore_lists",
+    "restore_modules",
+    "version_cell",
+]

@@ -247,7 +247,7 @@ def _take() -> _Snapshot:
         modules=imports.modules(),
         modules_version=imports.modules_version(),
         filters=(warnings.filters, list(warnings.filters)),
-        signals=[_getsignal(s) for s in _SIGNALS],
+        signals=list(map(_getsignal, _SIGNALS)),
         mask=set(_sigmask(signal.SIG_BLOCK, ())),
         fds={fd: _std_fds[fd][1] if fd in _std_fds else _identity(fd) for fd in (0, 1, 2)},
         extra=extra,
@@ -297,17 +297,18 @@ def _signal_name(sig: int) -> str:
 
 def _restore_signals(snap: _Snapshot, guard: Guard) -> None:
     changed = []
-    now = [_getsignal(s) for s in _SIGNALS]
-    for sig, before, handler in zip(_SIGNALS, snap.signals, now, strict=True):
-        if handler is before or handler == before:
-            continue
-        name = _signal_name(sig)
-        if before is None:  # installed by C code, not from Python: cannot be put back
-            guard.violations.append(f"the handler of {name} changed and cannot be set back")
-            continue
-        _setsignal(sig, before)
-        changed.append(sig)
-        guard.restored.append(f"the {name} handler")
+    now = list(map(_getsignal, _SIGNALS))
+    if now != snap.signals:  # the usual case is this one comparison (identical, else equal)
+        for sig, before, handler in zip(_SIGNALS, snap.signals, now, strict=True):
+            if handler is before or handler == before:
+                continue
+            name = _signal_name(sig)
+            if before is None:  # installed by C code, not from Python: cannot be put back
+                guard.violations.append(f"the handler of {name} changed and cannot be set back")
+                continue
+            _setsignal(sig, before)
+            changed.append(sig)
+            guard.restored.append(f"the {name} handler")
     if _stackdump is not None:
         usr1 = int(signal.SIGUSR1)
         if usr1 in changed:  # signal.signal() replaced faulthandler's C handler: install it again

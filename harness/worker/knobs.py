@@ -13,6 +13,7 @@ already imported them), allocates a tensor or initializes a device.
 
 from __future__ import annotations
 
+import _locale
 import functools
 import gc
 import locale
@@ -62,7 +63,7 @@ INTERPRETER: tuple[Knob, ...] = (
     ("os.umask", _umask, os.umask),
     (
         "the locale",
-        lambda: locale.setlocale(locale.LC_ALL),
+        functools.partial(_locale.setlocale, locale.LC_ALL),  # the query: no Python frame
         lambda v: locale.setlocale(locale.LC_ALL, v),
     ),
     ("sys.getrecursionlimit()", sys.getrecursionlimit, sys.setrecursionlimit),
@@ -84,10 +85,11 @@ INTERPRETER: tuple[Knob, ...] = (
 
 def _rlimit(name: str) -> Knob:
     which = getattr(resource, name)
+    # partials of the C functions: no Python frame per read (16 limits, every attempt)
     return (
         f"resource.{name}",
-        lambda: resource.getrlimit(which),
-        lambda v: resource.setrlimit(which, v),
+        functools.partial(resource.getrlimit, which),
+        functools.partial(resource.setrlimit, which),
     )
 
 
@@ -120,7 +122,7 @@ if hasattr(os, "sched_getaffinity"):
     INTERPRETER += (
         (
             "os.sched_getaffinity(0)",
-            lambda: os.sched_getaffinity(0),
+            functools.partial(os.sched_getaffinity, 0),
             lambda v: os.sched_setaffinity(0, v),
         ),
     )
@@ -128,7 +130,7 @@ if hasattr(os, "getpriority"):
     INTERPRETER += (
         (
             "os.nice() (the process's niceness)",
-            lambda: os.getpriority(os.PRIO_PROCESS, 0),
+            functools.partial(os.getpriority, os.PRIO_PROCESS, 0),
             lambda v: os.setpriority(os.PRIO_PROCESS, 0, v),
         ),
     )

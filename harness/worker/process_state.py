@@ -16,7 +16,7 @@ import os
 import sys
 from typing import Any
 
-from harness.worker.imports import dict_version as _dict_version
+from harness.worker.imports import version_cell
 from harness.worker.knobs import SYS_KNOBS
 
 # Modules whose functions the harness calls in the worker between and around attempts (clocks,
@@ -56,22 +56,25 @@ _SYS_OWN = frozenset(
     )
 )
 
-# [module, a copy of its namespace, the namespace's version tag (None: not readable)]
+# [module, a copy of its namespace, the namespace's version tag (None: not readable), the
+# cell that reads the tag (imports.version_cell; the module keeps its namespace alive)]
 ModuleAttrs = list[list[Any]]
 
 
-def _version(d: dict[str, Any]) -> int | None:
-    return _dict_version(d) if _dict_version is not None else None
+def _version(cell: Any) -> int | None:
+    return int(cell.value) if cell is not None else None
 
 
 def take_module_attrs() -> ModuleAttrs:
     """A copy of each watched module's namespace (those imported), with its version tag."""
     mods = sys.modules
-    return [
-        [m, m.__dict__.copy(), _version(m.__dict__)]
-        for n in _MODULES
-        if (m := mods.get(n)) is not None
-    ]
+    out = []
+    for n in _MODULES:
+        m = mods.get(n)
+        if m is not None:
+            cell = version_cell(m.__dict__)
+            out.append([m, m.__dict__.copy(), _version(cell), cell])
+    return out
 
 
 def refresh_module_attrs(saved: ModuleAttrs) -> ModuleAttrs:
@@ -89,12 +92,12 @@ def restore_module_attrs(saved: ModuleAttrs, restored: list[str]) -> None:
     namespace whose version tag did not move was not written to and is not compared."""
     names: list[str] = []
     for entry in saved:
-        mod, before, version = entry
-        now = mod.__dict__
-        if version is not None and _version(now) == version:
+        mod, before, version, cell = entry
+        if version is not None and _version(cell) == version:
             continue
+        now = mod.__dict__
         if now == before:
-            entry[2] = _version(now)
+            entry[2] = _version(cell)
             continue
         name = mod.__name__
         changed = [
@@ -110,7 +113,7 @@ def restore_module_attrs(saved: ModuleAttrs, restored: list[str]) -> None:
         for k in added:
             del now[k]
         names += (f"{name}.{k}" for k in changed + added)
-        entry[2] = _version(now)
+        entry[2] = _version(cell)
     if names:
         restored.append(f"module attributes ({', '.join(names)})")
 
@@ -119,30 +122,18 @@ _GONE = object()
 
 # -- logging -------------------------------------------------------------------------------
 
-# (what is checked after every attempt: logging.disable's level, each logger's (level,
-# propagate, disabled), how many handlers and filters all loggers have, the root's handlers;
-# then the size of the logger table, the loggers, and each one's handlers and filters), or
-# None when logging is not imported. The check is a few C-level passes (a stack has ~100-300
-# loggers); a handler swapped for another on a logger other than the root is not seen.
+# (logging.disable's level, the size of the logger table, the loggers, and each one's
+# (level, propagate, disabled, handlers, filters) with copies of its handler and filter
+# lists), or None when logging is not imported. The check after every attempt is one C-level
+# pass over the loggers (a stack has ~100-300) and one comparison: each logger's live lists
+# compare equal to the copies while they hold the same handlers and filters, in order.
 LoggingState = tuple[Any, ...] | None
-_FLAGS = operator.attrgetter("level", "propagate", "disabled")
-_HANDLERS = operator.attrgetter("handlers")
-_FILTERS = operator.attrgetter("filters")
+_STATE = operator.attrgetter("level", "propagate", "disabled", "handlers", "filters")
 
 
 def _loggers(lg: Any) -> list[Any]:
     m = lg.root.manager
     return [lg.root, *(x for x in list(m.loggerDict.values()) if isinstance(x, lg.Logger))]
-
-
-def _check(lg: Any, loggers: list[Any]) -> tuple[Any, ...]:
-    return (
-        lg.root.manager.disable,
-        list(map(_FLAGS, loggers)),
-        sum(map(len, map(_HANDLERS, loggers))),
-        sum(map(len, map(_FILTERS, loggers))),
-        tuple(lg.root.handlers),
-    )
 
 
 def take_logging() -> LoggingState:
@@ -152,13 +143,8 @@ def take_logging() -> LoggingState:
     if lg is None:
         return None
     loggers = _loggers(lg)
-    return (
-        _check(lg, loggers),
-        len(lg.root.manager.loggerDict),
-        loggers,
-        list(map(tuple, map(_HANDLERS, loggers))),
-        list(map(tuple, map(_FILTERS, loggers))),
-    )
+    states = [(*x[:3], list(x[3]), list(x[4])) for x in map(_STATE, loggers)]
+    return lg.root.manager.disable, len(lg.root.manager.loggerDict), loggers, states
 
 
 def refresh_logging(saved: LoggingState) -> LoggingState:
@@ -174,16 +160,17 @@ def restore_logging(saved: LoggingState, restored: list[str]) -> None:
     if saved is None:
         return
     lg = sys.modules["logging"]
-    check, _, loggers, handlers, filters = saved
-    if _check(lg, loggers) == check:
+    disable, _, loggers, states = saved
+    now = list(map(_STATE, loggers))
+    if lg.root.manager.disable == disable and now == states:
         return
     what = []
-    if lg.root.manager.disable != check[0]:
-        lg.disable(check[0])
+    if lg.root.manager.disable != disable:
+        lg.disable(disable)
         what.append("logging.disable")
-    for logger, flag, hs, fs in zip(loggers, check[1], handlers, filters, strict=True):
-        if (_FLAGS(logger), tuple(logger.handlers), tuple(logger.filters)) != (flag, hs, fs):
-            logger.level, logger.propagate, logger.disabled = flag
+    for logger, state, before in zip(loggers, now, states, strict=True):
+        if state != before:
+            logger.level, logger.propagate, logger.disabled, hs, fs = before
             logger.handlers[:] = hs
             logger.filters[:] = fs
             what.append(logger.name)

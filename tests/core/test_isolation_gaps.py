@@ -61,6 +61,28 @@ def test_logging_configuration_and_disable_are_put_back(logger: logging.Logger) 
     _check(change, observe, "logging configuration")
 
 
+def test_a_handler_or_filter_swapped_on_any_logger_is_put_back(logger: logging.Logger) -> None:
+    # Same counts as before, another object: the check compares the handlers and filters
+    # themselves, on every logger, not only how many there are.
+    mine, theirs = logging.NullHandler(), logging.NullHandler()
+    keep, other = logging.Filter("a"), logging.Filter("b")
+    logger.addHandler(mine)
+    logger.addFilter(keep)
+
+    def change() -> None:
+        logger.handlers[0] = theirs
+        logger.filters[0] = other
+
+    def observe() -> None:
+        assert logger.handlers == [mine] and logger.filters == [keep]
+
+    try:
+        _check(change, observe, "logging configuration (harness.gaps.existing)")
+    finally:
+        logger.removeHandler(mine)
+        logger.removeFilter(keep)
+
+
 def test_flushing_denormals_is_put_back() -> None:
     torch = pytest.importorskip("torch")
     tiny = [5e-324]
