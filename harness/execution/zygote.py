@@ -26,12 +26,21 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from harness.model.provenance import CHECKOUT_ENV
+
 __all__ = ["ForkedProcess", "close_all", "enabled", "fork_worker", "renew"]
 
 # Variables that differ between workers of one zygote and that nothing reads at import time:
-# the worker is given them in its environment after the fork.
+# the worker is given them in its environment after the fork. (The side's checkout differs
+# between a comparison's two sides, whose pair of a round shares one zygote.)
 PER_WORKER_ENV = frozenset(
-    {"PYTHONPATH", "HARNESS_REPLY_KEY_FD", "HARNESS_PLATFORM", "PYTEST_CURRENT_TEST"}
+    {
+        "PYTHONPATH",
+        "HARNESS_REPLY_KEY_FD",
+        "HARNESS_PLATFORM",
+        "PYTEST_CURRENT_TEST",
+        CHECKOUT_ENV,
+    }
 )
 # Zygotes kept alive at once (each holds torch's memory); the least recently used goes first.
 MAX_ZYGOTES = 2

@@ -54,7 +54,7 @@ def dump():
         "nice": os.getpriority(os.PRIO_PROCESS, 0),
         "affinity": sorted(os.sched_getaffinity(0)),
         "limits": [
-            resource.getrlimit(getattr(resource, n)) for n in dir(resource) if n.startswith("RLIM")
+            resource.getrlimit(getattr(resource, n)) for n in dir(resource) if "RLIMIT_" in n
         ],
         "ppid": os.getppid(),
         "site_ran": os.environ.get("SITE_RAN"),
@@ -146,10 +146,11 @@ def test_a_code_root_with_a_sitecustomize_gets_a_plain_spawn_that_runs_it(tmp_pa
 
 @pytest.mark.slow
 def test_a_forked_worker_is_found_alive_by_the_files_it_holds_and_gone_after_close(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # tests/core/corecases.workers_alive is how the interrupt tests prove no worker is left:
     # it must see a forked worker, whose command line is the zygote's
+    monkeypatch.setenv("HARNESS_FORK_WORKERS", "1")
     pool = WorkerPool(tmp_path / "workers")
     try:
         handle = pool.get(WorkerSpec("cpu"))
