@@ -17,7 +17,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from harness.errors import ProfileError
-from harness.execution.pool import WorkerSpec, import_env
+from harness.execution.pool import WorkerSpec
+from harness.execution.spawn import import_env
 from harness.model import Side
 from harness.platforms.devices import check_device_count, count_devices, device_slot
 from harness.platforms.profile import Profile

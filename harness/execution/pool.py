@@ -17,14 +17,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
 
 from harness import platforms
 from harness.errors import WorkerError
-from harness.execution.zygote import ForkedProcess, fork_worker
+from harness.execution.spawn import import_env, start_worker
 from harness.platforms.devices import pin_env
 from harness.worker import protocol as p
 
@@ -33,42 +32,6 @@ from harness.worker import protocol as p
 DEFAULT_PREIMPORT: tuple[str, ...] = ("numpy", "torch")
 STARTUP_TIMEOUT_S = 120.0
 WORKER_ATTEMPT = "harness.worker.attempt"
-
-
-def import_env(code_roots: Sequence[str], environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` with ``code_roots`` first on ``PYTHONPATH``, ahead of what it held."""
-    env = dict(environ)
-    paths = [*code_roots, env.get("PYTHONPATH", "")]
-    env["PYTHONPATH"] = os.pathsep.join(x for x in paths if x)
-    return env
-
-
-def _harness_root() -> str | None:
-    """The folder this harness was imported from, when it is a source tree rather than an
-    installed environment's site folder (which must never leak into another interpreter)."""
-    root = Path(__file__).resolve().parents[2]
-    return None if root.name in ("site-packages", "dist-packages") else str(root)
-
-
-def _boot(entry: str) -> str:
-    root = _harness_root()
-    boot = "import sys\n"
-    if root is not None:
-        boot += f"sys.path.append({root!r})\n"
-    return boot + f"from harness.worker.{entry} import main\nsys.exit(main({ARGS[entry]}))\n"
-
-
-ARGS = {"main": "", "zygote": "sys.argv[1:]"}
-
-
-def worker_argv(python: str) -> list[str]:
-    """How ``python`` starts the worker so that the code under test comes only from the import
-    path it is given (code provenance, DESIGN.md): ``-P`` keeps the working folder (the working
-    tree, in a comparison run from it) off ``sys.path``, where ``python -m`` would put it first,
-    so ``PYTHONPATH`` (the side's code roots first) leads, then the interpreter's own
-    environment. The harness's own source folder, when it runs from one, comes last, so that
-    the harness imports in the worker without shadowing anything."""
-    return [python, "-P", "-c", _boot("main")]
 
 
 class WorkerTimeout(Exception):
@@ -174,44 +137,20 @@ class WorkerHandle:
         # Seconds the worker may need at exit to stop the servers cases shared in it (set by
         # the executor after an attempt that left one running); 0: none.
         self.servers_stop_s = 0.0
-        self.proc: subprocess.Popen[bytes] | ForkedProcess
         try:
-            forked, why = (
-                (None, "a fresh interpreter")
-                if spec.fresh
-                else fork_worker(
-                    python=spec.python,
-                    boot=_boot("zygote"),
-                    argv=args,
-                    env=env,
-                    code_roots=spec.code_roots,
-                    cwd=spec.cwd,
-                    modules=preimport,
-                    log_fd=self._log.fileno(),
-                    log_dir=log_dir,
-                    key_fd=key_r,
-                    timeout=spec.start_timeout_s,
-                )
+            self.proc = start_worker(
+                python=spec.python,
+                args=args,
+                env=env,
+                cwd=spec.cwd,
+                code_roots=spec.code_roots,
+                preimport=preimport,
+                fresh=spec.fresh,
+                log=self._log,
+                log_dir=log_dir,
+                key_fd=key_r,
+                timeout=spec.start_timeout_s,
             )
-            if forked is not None:
-                self.proc = forked
-                self._log.write(
-                    f"[harness] worker {forked.pid} forked from zygote {forked.zygote}\n".encode()
-                )
-                self._log.flush()
-            else:
-                self._log.write(f"[harness] spawned, not forked: {why}\n".encode())
-                self._log.flush()
-                self.proc = subprocess.Popen(
-                    [*worker_argv(spec.python), *args],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=self._log,
-                    env=env,
-                    cwd=spec.cwd,
-                    pass_fds=(key_r,),
-                    start_new_session=True,  # its own process group: killable, no Ctrl-C
-                )
         finally:
             os.close(key_r)
         self.pid = self.proc.pid

@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None, *, parent_pid: int | None = None) -> int
 
 
 def _freeze_heap() -> None:
-    """After an attempt that ``imported`` modules (a target's first, which imports its stack):
+    """After an attempt that imported modules (a target's first, which imports its stack):
     freeze what survived its full collection, which ran inside its isolation (so that what
     finalizers change is put back like the target's own changes; the stages were timed
     already), as :func:`_settle_heap` does at start-up. Targets leave reference cycles behind

@@ -7,7 +7,7 @@ zygote per interpreter and environment; the zygote imports what a persistent wor
 before it says it is ready (numpy, torch, the attempt runner) and nothing of the code under
 test, then forks a worker on each request. The forked child becomes exactly what
 ``python -P -c <boot> --stackdump ...`` would have been (``worker_argv`` in
-:mod:`harness.execution.pool`): its own session, the manager's pipes as stdin and stdout,
+:mod:`harness.execution.spawn`): its own session, the manager's pipes as stdin and stdout,
 the log as stderr, the request's environment, working folder and import path (the side's
 code roots first), then :func:`harness.worker.main.main`.
 
