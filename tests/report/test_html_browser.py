@@ -33,6 +33,7 @@ if CHROMIUM is None:
 sync_api = pytest.importorskip(
     "playwright.sync_api", reason="the playwright package is not installed (pip install .[dev])"
 )
+expect = sync_api.expect
 
 
 @dataclass
@@ -227,14 +228,19 @@ def test_a_case_is_drawn_when_it_is_opened(browser: Any, tmp_path: Path) -> None
     assert page.locator("div.detail").count() == 1  # only the failed case is open and drawn
     q3 = page.locator("#case-3")
     assert q3.locator("table").count() == 0
+    # a details element's toggle event and the hashchange are queued tasks, not part of the
+    # click: expect() waits (up to 5 s) for the drawing they start, count() would not
     q3.locator("summary").first.click()
-    assert q3.locator("table.stages td", has_text="LoadStage").count() == 1
-    assert q3.locator("p.meta", has_text="seed 3").count() == 1
+    expect(q3.locator("table.stages td", has_text="LoadStage")).to_have_count(1)
+    expect(q3.locator("p.meta", has_text="seed 3")).to_have_count(1)
     page.locator("#cases a", has_text="quant/q7").click()  # a link to a case opens it
-    assert page.locator("#case-7 details[data-case]").get_attribute("open") is not None
-    assert page.locator("#case-7 table.stages").count() == 1
+    expect(page.locator("#case-7 details[data-case]")).to_have_attribute("open", "")
+    expect(page.locator("#case-7 table.stages")).to_have_count(1)
     q3.locator("summary").first.click()  # closed and opened again: drawn once
+    expect(q3.locator("details[data-case]")).not_to_have_attribute("open", "")
     q3.locator("summary").first.click()
+    expect(q3.locator("details[data-case]")).to_have_attribute("open", "")
+    page.wait_for_timeout(200)  # a second drawing, were there one, would be queued by now
     assert q3.locator("div.detail").count() == 1
     watch.assert_clean()
 
