@@ -11,14 +11,41 @@ effect: ``_apply_xdist_groups`` below does it.)"""
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from harness.execution.zygote_service import SHARED_ENV, stop_shared
+
 REPO = Path(__file__).resolve().parents[1]
+ZYGOTES = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The tests start `harness` (and pytest over harness/) hundreds of times, and each process
+    would start a zygote of its own that imports torch: they share them instead, through a
+    folder of this session's (``HARNESS_ZYGOTE_DIR``, docs/reports-and-ci.md), set here in
+    the controlling process before the xdist workers start, so that they and every process
+    they start inherit it. A folder the environment names already is left as it is."""
+    if hasattr(config, "workerinput") or os.environ.get(SHARED_ENV) is not None:
+        return
+    folder = Path(tempfile.mkdtemp(prefix="harness-zygotes-"))
+    os.environ[SHARED_ENV] = str(folder)
+    config.stash[ZYGOTES] = folder
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder = config.stash.get(ZYGOTES, None)
+    if folder is not None:
+        stop_shared(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop(SHARED_ENV, None)
 
 
 @pytest.fixture(autouse=True)

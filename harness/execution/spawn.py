@@ -83,7 +83,8 @@ def start_worker(
             timeout=timeout,
         )
     if forked is not None:
-        log.write(f"[harness] worker {forked.pid} forked from zygote {forked.zygote}\n".encode())
+        which = "shared zygote" if forked.shared else "zygote"
+        log.write(f"[harness] worker {forked.pid} forked from {which} {forked.zygote}\n".encode())
         log.flush()
         return forked
     log.write(f"[harness] spawned, not forked: {why}\n".encode())

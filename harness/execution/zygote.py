@@ -1,31 +1,35 @@
 """Manager side of the zygote (:mod:`harness.worker.zygote`): start one per interpreter and
-environment, ask it for workers, and hold each forked worker as a process handle.
+environment (or connect to the shared one, :mod:`harness.execution.zygote_service`), and ask it
+for workers (:mod:`harness.execution.zygote_link`).
 
-A forked worker is not the manager's child, so :class:`ForkedProcess` reads its exit status
-from a pipe the zygote writes when it reaps the worker. Anything that goes wrong on this path
-(the zygote will not start, dies, refuses a code root) makes :func:`fork_worker` return None
-and the pool spawns the worker plainly: the zygote only saves time, it never decides a result.
-``HARNESS_FORK_WORKERS=0`` turns it off.
+Anything that goes wrong on this path (the zygote will not start, dies, refuses a code root)
+makes :func:`fork_worker` return None and the pool spawns the worker plainly: the zygote only
+saves time, it never decides a result. ``HARNESS_FORK_WORKERS=0`` turns it off.
+
+With ``HARNESS_ZYGOTE_DIR`` set, the zygotes are shared: every manager of this user with the
+same interpreter, environment and harness source connects to one zygote listening in that
+folder, which the first of them started, and which outlives them by ``HARNESS_ZYGOTE_IDLE``
+seconds (30). A test suite or CI job that runs ``harness`` many times pays ``import torch``
+once per environment instead of once per process. A comparison's rounds never use a shared
+zygote (:func:`renew`).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import os
 import resource
-import select
 import signal
-import socket
 import subprocess
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO
 
+from harness.execution.zygote_link import ForkedProcess, Zygote
+from harness.execution.zygote_service import SHARED_ENV, connect_shared
 from harness.model.provenance import CHECKOUT_ENV
 
 __all__ = ["ForkedProcess", "close_all", "enabled", "fork_worker", "renew"]
@@ -38,6 +42,7 @@ PER_WORKER_ENV = frozenset(
         "PYTHONPATH",
         "HARNESS_REPLY_KEY_FD",
         "HARNESS_PLATFORM",
+        "HARNESS_MANAGER_PID",
         "PYTEST_CURRENT_TEST",
         CHECKOUT_ENV,
     }
@@ -51,122 +56,11 @@ def enabled(environ: Mapping[str, str]) -> bool:
     return environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-class ForkedProcess:
-    """The part of :class:`subprocess.Popen` the pool uses, for a worker a zygote forked."""
-
-    def __init__(self, pid: int, stdin: int, stdout: int, status: int, zygote: int) -> None:
-        self.pid = pid
-        self.zygote = zygote  # the pid of the zygote it was forked from
-        self.args = ["<forked worker>", str(pid)]
-        self.stdin: IO[bytes] | None = os.fdopen(stdin, "wb")
-        self.stdout: IO[bytes] | None = os.fdopen(stdout, "rb")
-        self._status = status
-        self.returncode: int | None = None
-
-    def _read_status(self, timeout: float | None) -> bool:
-        if self.returncode is not None:
-            return True
-        ready, _, _ = select.select([self._status], [], [], timeout)
-        if not ready:
-            return False
-        data = os.read(self._status, 64)
-        os.close(self._status)
-        if data.strip():
-            self.returncode = os.waitstatus_to_exitcode(int(data))
-        else:
-            # The zygote died before it reaped the worker; its death signal killed the worker.
-            self.returncode = -signal.SIGKILL
-        return True
-
-    def poll(self) -> int | None:
-        self._read_status(0)
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        if not self._read_status(timeout):
-            raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
-        assert self.returncode is not None
-        return self.returncode
-
-    def kill(self) -> None:
-        if self.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGKILL)
-
-
-class Zygote:
-    """One zygote process and the socket to it."""
-
-    def __init__(
-        self, python: str, boot: str, env: dict[str, str], modules: Sequence[str], log: Path
-    ) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.sock = ours
-        self.lock = threading.Lock()
-        self.serial = 0
-        self.dead = False
-        self.log = log
-        with open(log, "ab") as err:
-            try:
-                self.proc = subprocess.Popen(
-                    [python, "-P", "-c", boot, str(theirs.fileno()), *modules],
-                    stdin=subprocess.DEVNULL,
-                    stdout=err,
-                    stderr=err,
-                    env=env,
-                    pass_fds=(theirs.fileno(),),
-                    start_new_session=True,
-                )
-            finally:
-                theirs.close()
-
-    def wait_ready(self, timeout: float) -> bool:
-        return self._recv(timeout) == b"ready"
-
-    def _recv(self, timeout: float) -> bytes | None:
-        ready, _, _ = select.select([self.sock], [], [], timeout)
-        if not ready:
-            return None
-        try:
-            return self.sock.recv(1 << 16)
-        except OSError:
-            return None
-
-    def fork(
-        self, request: Mapping[str, object], fds: list[int], timeout: float
-    ) -> dict[str, object]:
-        """The zygote's answer to ``request``; a zygote that does not answer it in time, or
-        answers another, is let go (a late answer must never be taken for the next one's)."""
-        with self.lock:
-            self.serial += 1
-            try:
-                socket.send_fds(
-                    self.sock, [json.dumps({**request, "id": self.serial}).encode()], fds
-                )
-                answer = self._recv(timeout)
-                reply: dict[str, object] = json.loads(answer or b"null") or {}
-                if reply.get("id") != self.serial:
-                    raise ValueError(f"the zygote {self.proc.pid} answered {answer!r}")
-            except BaseException:
-                self.dead = True
-                self.close()
-                raise
-        return reply
-
-    def alive(self) -> bool:
-        return not self.dead and self.proc.poll() is None
-
-    def close(self) -> None:
-        """Let it go: it forks nothing more and exits when its last worker has (killing it
-        would kill the workers that pools still hold: their parent-death signal)."""
-        with contextlib.suppress(OSError):
-            self.sock.close()
-        self.proc.poll()
-
-
 _zygotes: OrderedDict[tuple[object, ...], Zygote] = OrderedDict()
+_shared: dict[tuple[object, ...], Zygote] = {}
 _broken: set[tuple[object, ...]] = set()
 _lock = threading.Lock()
+_private_only = False  # set by renew(): from then on, no shared zygote in this process
 
 
 def _umask() -> int:
@@ -197,9 +91,20 @@ def _zygote(
     python: str, boot: str, env: dict[str, str], modules: Sequence[str], log: Path, timeout: float
 ) -> tuple[Zygote | None, str]:
     key = (python, boot, tuple(modules), tuple(sorted(env.items())), _inherited())
+    shared_dir = env.get(SHARED_ENV, "").strip()
     with _lock:
         if key in _broken:
             return None, "the zygote did not start earlier in this process"
+        if shared_dir and not _private_only:
+            z = _shared.get(key)
+            if z is None or not z.alive():
+                z, why = connect_shared(Path(shared_dir), key, python, boot, env, modules, timeout)
+                if z is None and why:
+                    _broken.add(key)
+                    return None, why
+            if z is not None:
+                _shared[key] = z
+                return z, ""
         z = _zygotes.get(key)
         if z is not None and z.alive():
             _zygotes.move_to_end(key)
@@ -207,11 +112,11 @@ def _zygote(
         if z is not None:
             z.close()
             del _zygotes[key]
-        z = Zygote(python, boot, env, modules, log)
+        z = Zygote.start(python, boot, env, modules, log)
         if not z.wait_ready(timeout):
             z.close()
             with contextlib.suppress(ProcessLookupError):
-                os.kill(z.proc.pid, signal.SIGKILL)
+                os.kill(z.pid, signal.SIGKILL)
             _broken.add(key)  # not again in this process: plain spawns from here on
             return None, f"the zygote did not start (log: {log})"
         with contextlib.suppress(OSError):
@@ -285,26 +190,38 @@ def fork_worker(
         for fd in (stdin_w, stdout_r, status_r):
             os.close(fd)
         return None, f"the zygote refused: {reply.get('refused')}"
-    return ForkedProcess(pid, stdin_w, stdout_r, status_r, z.proc.pid), ""
+    return ForkedProcess(pid, stdin_w, stdout_r, status_r, z.pid, z.shared), ""
 
 
 def renew() -> None:
-    """Workers started from now on come from new zygotes, hence new processes all through: a
-    comparison's fresh pair of workers per round must not inherit one memory layout (which
-    the zygote's exec randomized once) round after round; see :mod:`harness.execution.paired`."""
-    close_all()
+    """Workers started from now on come from new private zygotes, hence new processes all
+    through: a comparison's fresh pair of workers per round must not inherit one memory layout
+    (which the zygote's exec randomized once) round after round; see
+    :mod:`harness.execution.paired`. Shared zygotes stay connected (their workers live on
+    until their pools close them) but fork nothing more for this process."""
+    global _private_only
+    with _lock:
+        _private_only = True
+    _close(_zygotes)
 
 
 def close_all() -> None:
-    """Stop every zygote of this process (its workers live on until their pools close them)."""
+    """Stop every zygote of this process (its workers live on until their pools close them)
+    and leave the shared ones (which kill what they forked for this process)."""
+    _close(_zygotes)
+    _close(_shared)
+
+
+def _close(zygotes: dict[tuple[object, ...], Zygote]) -> None:
     with _lock:
-        for z in _zygotes.values():
+        for z in zygotes.values():
             z.close()
-        for z in _zygotes.values():
+        for z in zygotes.values():
             # it exits once its workers have, which the pools have killed by now
             with contextlib.suppress(subprocess.TimeoutExpired):
-                z.proc.wait(timeout=5)
-        _zygotes.clear()
+                if z.proc is not None:
+                    z.proc.wait(timeout=5)
+        zygotes.clear()
 
 
 atexit.register(close_all)

@@ -20,6 +20,13 @@ The protocol is one ``SOCK_SEQPACKET`` socket (fd in ``argv``): the zygote sends
 each request is a JSON packet with the file descriptors it names (stdin, stdout, log, reply
 key, status pipe); the answer is ``{"pid": N}`` or ``{"refused": why}``. When a child exits,
 its wait status goes into its status pipe, whose other end the manager holds.
+
+A shared zygote (``--listen PATH``) serves every manager of one user, interpreter, environment
+and harness source that connects to the socket at ``PATH``, one connection per manager, the
+same protocol on each (``ready`` when it accepts). It is nobody's child for long: it kills a
+manager's workers when that manager's connection closes (the manager exited or died, as a
+private zygote's workers die with it), and it exits once it has had no manager and no worker
+for ``HARNESS_ZYGOTE_IDLE`` seconds (30 by default) or its socket is no longer at ``PATH``.
 """
 
 from __future__ import annotations
@@ -34,12 +41,16 @@ import select
 import signal
 import socket
 import sys
+import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 MAX_FDS = 5
 PACKET = 1 << 20
+IDLE_ENV = "HARNESS_ZYGOTE_IDLE"
+IDLE_S = 30.0
 
 
 def shadowed(code_roots: list[str]) -> str | None:
@@ -121,27 +132,41 @@ def _child(
         os._exit(code)
 
 
-def serve(sock: socket.socket, path: list[str]) -> None:
-    """Fork a worker for each request on ``sock`` until the manager closes it."""
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
-    children: dict[int, int] = {}  # pid -> the write end of its status pipe
-    parent = os.getpid()
-    while True:
-        ready, _, _ = select.select([sock.fileno(), wake_r], [], [])
-        if wake_r in ready:
-            os.read(wake_r, 4096)
-        _reap(children)
-        if sock.fileno() not in ready:
-            continue
+class Server:
+    """The zygote's loop: a worker forked for each request on a manager's socket, each child's
+    wait status delivered to its status pipe; ``children`` maps a live child's pid to that
+    pipe's write end and ``owner`` to the socket of the manager that asked for it; ``held``:
+    the sockets this process holds (a child closes them all)."""
+
+    def __init__(self, path: list[str]) -> None:
+        self.path = path
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        self.children: dict[int, int] = {}
+        self.owner: dict[int, socket.socket] = {}
+        self.held: list[socket.socket] = []
+        self.pid = os.getpid()
+
+    def wait(self, socks: list[socket.socket], timeout: float | None) -> list[socket.socket]:
+        """The sockets of ``socks`` that are readable, once any is or ``timeout`` passed;
+        children that exited meanwhile are reaped."""
+        fds = {s.fileno(): s for s in socks}
+        ready, _, _ = select.select([*fds, self.wake_r], [], [], timeout)
+        if self.wake_r in ready:
+            os.read(self.wake_r, 4096)
+        self.reap()
+        return [fds[fd] for fd in ready if fd in fds]
+
+    def request(self, sock: socket.socket) -> bool:
+        """Answer the manager's next request on ``sock``; False: it closed the socket."""
         try:
             msg, fds, _, _ = socket.recv_fds(sock, PACKET, MAX_FDS)
         except OSError:
             msg, fds = b"", []
         if not msg:
-            break  # the manager is done with this zygote
+            return False
         try:
             req = json.loads(msg)
             why = shadowed(req["code_roots"]) if req["id"] is not None else "no id"
@@ -151,27 +176,135 @@ def serve(sock: socket.socket, path: list[str]) -> None:
             for fd in fds:
                 os.close(fd)
             answer = {"refused": why or f"{len(fds)} fds", "id": _id(msg)}
-            sock.send(json.dumps(answer).encode())
-            continue
+            _send(sock, answer)
+            return True
         sys.stdout.flush()
         sys.stderr.flush()
-        keep_closed = [sock.fileno(), wake_r, wake_w, *children.values()]
+        held = [s.fileno() for s in self.held]
+        keep_closed = [*held, self.wake_r, self.wake_w, *self.children.values()]
         pid = os.fork()
         if pid == 0:
-            _child(req, fds, parent, keep_closed, path)
-        children[pid] = fds[4]
+            _child(req, fds, self.pid, keep_closed, self.path)
+        self.children[pid] = fds[4]
+        self.owner[pid] = sock
         for fd in fds[:4]:
             os.close(fd)
-        sock.send(json.dumps({"pid": pid, "id": req["id"]}).encode())
-    # Its workers die with it (their parent-death signal): it stays until the last one exits.
+        _send(sock, {"pid": pid, "id": req["id"]})
+        return True
+
+    def kill_workers_of(self, sock: socket.socket) -> None:
+        """The manager of ``sock`` is gone: so are the workers it asked for (process groups)."""
+        for pid, owner in list(self.owner.items()):
+            if owner is sock:  # the worker, and its group once it made one (setsid)
+                for kill in (os.kill, os.killpg):
+                    with contextlib.suppress(OSError):
+                        kill(pid, signal.SIGKILL)
+
+    def reap(self) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self.deliver(pid, status)
+
+    def deliver(self, pid: int, status: int) -> None:
+        self.owner.pop(pid, None)
+        fd = self.children.pop(pid, None)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.write(fd, f"{status}\n".encode())
+            os.close(fd)
+
+    def drain(self) -> None:
+        """Stay until the last child has exited (it dies with this process otherwise: its
+        parent-death signal)."""
+        signal.set_wakeup_fd(-1)
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+            self.deliver(pid, status)
+
+
+def _send(sock: socket.socket, answer: dict[str, Any]) -> None:
+    with contextlib.suppress(OSError):  # a manager that went away meanwhile
+        sock.send(json.dumps(answer).encode())
+
+
+def serve(sock: socket.socket, path: list[str]) -> None:
+    """Fork a worker for each request on ``sock`` until the manager closes it."""
+    server = Server(path)
+    server.held.append(sock)
+    while True:
+        if sock in server.wait([sock], None) and not server.request(sock):
+            break  # the manager is done with this zygote
     sock.close()
-    signal.set_wakeup_fd(-1)
-    while children:
-        try:
-            pid, status = os.waitpid(-1, 0)
-        except ChildProcessError:
+    server.drain()
+
+
+def serve_shared(listener: socket.socket, at: str, path: list[str], idle: float) -> None:
+    """Serve every manager that connects to ``listener`` (bound at ``at``) until none has been
+    connected and no worker alive for ``idle`` seconds, or ``at`` is no longer its socket."""
+    server = Server(path)
+    ino = os.stat(at).st_ino
+    server.held.append(listener)
+    idle_since = time.monotonic()
+    while True:
+        managers = server.held[1:]
+        busy = bool(managers or server.children)
+        if busy:
+            idle_since = time.monotonic()
+        left = idle - (time.monotonic() - idle_since)
+        if not busy and (left <= 0 or not _still_at(at, ino)):
             break
-        _deliver(children, pid, status)
+        for sock in server.wait([listener, *managers], None if busy else max(left, 0.0)):
+            if sock is listener:
+                with contextlib.suppress(OSError):
+                    conn, _ = listener.accept()
+                    server.held.append(conn)
+                    _send_raw(conn, b"ready")
+            elif not server.request(sock):
+                server.held.remove(sock)
+                server.kill_workers_of(sock)
+                sock.close()
+    # a manager connecting from here on starts another zygote; one that connected meanwhile
+    # sees this socket close before it said ready, and does the same
+    if _still_at(at, ino):
+        with contextlib.suppress(OSError):
+            os.unlink(at)
+    listener.close()
+    server.drain()
+
+
+def _send_raw(sock: socket.socket, data: bytes) -> None:
+    with contextlib.suppress(OSError):
+        sock.send(data)
+
+
+@contextlib.contextmanager
+def addressed(at: str) -> Iterator[str]:
+    """``at`` as a unix socket's address: itself where it is short enough, else through a
+    descriptor of its folder, ``/proc/self/fd/N/NAME`` (an address holds 107 bytes, and a
+    folder in pytest's or a CI runner's temporary folder can be longer)."""
+    if len(os.fsencode(at)) < 100:
+        yield at
+        return
+    fd = os.open(os.path.dirname(at) or ".", os.O_PATH | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{fd}/{os.path.basename(at)}"
+    finally:
+        os.close(fd)
+
+
+def _still_at(at: str, ino: int) -> bool:
+    try:
+        return os.stat(at).st_ino == ino
+    except OSError:
+        return False
 
 
 def _id(msg: bytes) -> object:
@@ -181,32 +314,17 @@ def _id(msg: bytes) -> object:
         return None
 
 
-def _deliver(children: dict[int, int], pid: int, status: int) -> None:
-    fd = children.pop(pid, None)
-    if fd is not None:
-        with contextlib.suppress(OSError):
-            os.write(fd, f"{status}\n".encode())
-        os.close(fd)
-
-
-def _reap(children: dict[int, int]) -> None:
-    while children:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        _deliver(children, pid, status)
-
-
 def main(argv: list[str]) -> int:
-    """``argv``: the socket's fd, then the modules to import before forking."""
-    sock = socket.socket(fileno=int(argv[0]))
-    from harness.worker.main import die_with_parent
+    """``argv``: the socket's fd (a private zygote) or ``--listen PATH`` (a shared one), then
+    the modules to import before forking."""
+    listen = argv[0] == "--listen"
+    modules = argv[2:] if listen else argv[1:]
+    sock = None if listen else socket.socket(fileno=int(argv[0]))
+    if not listen:
+        from harness.worker.main import die_with_parent
 
-    die_with_parent(os.environ.get("HARNESS_MANAGER_PID"))
-    for name in argv[1:]:
+        die_with_parent(os.environ.get("HARNESS_MANAGER_PID"))
+    for name in modules:
         if importlib.util.find_spec(name) is not None:
             __import__(name)
     torch = sys.modules.get("torch")
@@ -222,10 +340,29 @@ def main(argv: list[str]) -> int:
     # It may outlive the run whose folder holds its start-up log (a process running several):
     # from here on its workers write to their own logs, and what goes wrong in it shows as a
     # refusal that the manager writes to the log of the worker it then spawns.
+    if sock is None:
+        return _listen(argv[1], path)
     devnull = os.open(os.devnull, os.O_WRONLY)
     for fd in (1, 2):
         os.dup2(devnull, fd)
     os.close(devnull)
     sock.send(b"ready")
     serve(sock, path)
+    return 0
+
+
+def _listen(at: str, path: list[str]) -> int:
+    """Bind the shared zygote's socket at ``at`` (atomically: bound beside it, then renamed
+    over a stale one) and serve; its log (stdout and stderr) is the manager's to read."""
+    idle = IDLE_S
+    with contextlib.suppress(ValueError):
+        idle = float(os.environ.get(IDLE_ENV, IDLE_S))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    tmp = f"{at}.{os.getpid()}"
+    with addressed(tmp) as address:
+        listener.bind(address)
+    listener.listen(64)
+    os.rename(tmp, at)
+    print(f"[harness] zygote {os.getpid()} listening at {at}", file=sys.stderr, flush=True)
+    serve_shared(listener, at, path, idle)
     return 0

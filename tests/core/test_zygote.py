@@ -1,7 +1,8 @@
 """Workers forked from the zygote (harness/worker/zygote.py) are the workers a plain spawn would
 have started: same environment, import path, working folder, flags, modules, session and
-signals; a code root that would shadow what the zygote preloaded gets a plain spawn; and the
-zygote does not outlive the run. Real `harness run` processes throughout."""
+signals; a code root that would shadow what the zygote preloaded gets a plain spawn; a private
+zygote does not outlive the run, a shared one (HARNESS_ZYGOTE_DIR) serves the next run, kills
+the workers of a run that died, and exits when idle. Real `harness run` processes throughout."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from corecases import workers_alive
 
 from harness.execution.pool import WorkerPool, WorkerSpec
 from harness.execution.zygote import ForkedProcess
+from harness.execution.zygote_service import SHARED_ENV, source_digest, stop_shared
 from harness.worker.zygote import shadowed
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -61,14 +64,26 @@ def dump():
     }
     with open(os.environ["ENVDUMP"], "w") as f:
         json.dump(facts, f)
+
+def hang():
+    with open(os.environ["ENVDUMP"] + ".pid", "w") as f:
+        f.write(str(os.getpid()))
+    import time
+    time.sleep(300)
 """
 
 CLI = (sys.executable, "-m", "harness.cli")
+OPTS = ("--code-root", "code", "--out", "runs", "-q")
 CASE = """
 [[case]]
 id = "env"
 kind = "loader"
 target = "envcase:dump"
+
+[[case]]
+id = "hang"
+kind = "loader"
+target = "envcase:hang"
 """
 
 
@@ -80,13 +95,22 @@ def _project(root: Path) -> Path:
     return root
 
 
-def _run(root: Path, fork: str, name: str) -> tuple[dict[str, Any], str]:
-    out = root / f"{name}.json"
-    env = {**os.environ, "ENVDUMP": str(out), "HARNESS_FORK_WORKERS": fork}
+def _env(fork: str, shared: Path | None, **extra: str) -> dict[str, str]:
+    env = {**os.environ, "HARNESS_FORK_WORKERS": fork, **extra}
+    env.pop(SHARED_ENV, None)
+    if shared is not None:
+        env[SHARED_ENV] = str(shared)
+    return env
+
+
+def _run(
+    root: Path, fork: str, name: str, shared: Path | None = None, **extra: str
+) -> tuple[dict[str, Any], str]:
+    out = Path(extra.setdefault("ENVDUMP", str(root / f"{name}.json")))
     proc = subprocess.run(
-        [*CLI, "run", "cases", "--code-root", "code", "--out", "runs", "--run-id", name, "-q"],
+        [*CLI, "run", "cases", "-k", "env", *OPTS, "--run-id", name],
         cwd=root,
-        env=env,
+        env=_env(fork, shared, **extra),
         capture_output=True,
         text=True,
         timeout=300,
@@ -96,22 +120,101 @@ def _run(root: Path, fork: str, name: str) -> tuple[dict[str, Any], str]:
     return json.loads(out.read_text()), log
 
 
+def _forked_from(log: str) -> int:
+    """The pid of the zygote the run's worker was forked from, by its log."""
+    (line,) = [x for x in log.splitlines() if " forked from " in x]
+    return int(line.rsplit(" ", 1)[1])
+
+
+def _gone(pid: int, timeout: float = 30.0) -> bool:
+    """Whether process ``pid`` is gone (or a zombie) within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.1)
+    return False
+
+
 @pytest.mark.slow
-def test_a_forked_worker_is_the_worker_a_plain_spawn_starts(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shared", [False, True], ids=["private", "shared"])
+def test_a_forked_worker_is_the_worker_a_plain_spawn_starts(tmp_path: Path, shared: bool) -> None:
     root = _project(tmp_path)
-    spawned, spawned_log = _run(root, "0", "spawned")
-    forked, forked_log = _run(root, "1", "forked")
+    folder = tmp_path / "zygotes" if shared else None
+    spawned, spawned_log = _run(root, "0", "spawned", folder)
+    forked, forked_log = _run(root, "1", "forked", folder, HARNESS_ZYGOTE_IDLE="3")
     assert "spawned, not forked: HARNESS_FORK_WORKERS is off" in spawned_log
     assert "spawned, not forked" not in forked_log, forked_log
+    assert (" forked from shared zygote " in forked_log) is shared, forked_log
     # what differs between any two runs, forked or not
     for facts in (spawned, forked):
         for key in ("ENVDUMP", "HARNESS_FORK_WORKERS", "HARNESS_MANAGER_PID"):
             facts["environ"].pop(key)
+    forked["environ"].pop("HARNESS_ZYGOTE_IDLE")
     for key in spawned:
         if key != "ppid":
             assert forked[key] == spawned[key], key
-    # the forked worker's parent was the zygote, and it is gone with the run
-    assert not Path(f"/proc/{forked['ppid']}").exists()
+    assert forked["ppid"] == _forked_from(forked_log)
+    if not shared:  # the forked worker's parent was the zygote, and it is gone with the run
+        assert not Path(f"/proc/{forked['ppid']}").exists()
+    else:  # a shared zygote outlives the run, then exits once idle, and takes its socket
+        assert folder is not None
+        assert _gone(forked["ppid"]), f"the shared zygote {forked['ppid']} is still there"
+        assert not list(folder.glob("*.sock"))
+
+
+@pytest.mark.slow
+def test_runs_share_a_zygote_that_kills_the_workers_of_a_run_that_died(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    folder = tmp_path / "zygotes"
+    dump = str(root / "facts.json")  # one environment for every run: one zygote
+    first = _forked_from(_run(root, "1", "first", folder, ENVDUMP=dump)[1])
+    assert _forked_from(_run(root, "1", "second", folder, ENVDUMP=dump)[1]) == first
+    # a run killed (SIGKILL: no clean-up of its own) while its worker runs a case
+    pidfile = Path(dump + ".pid")
+    proc = subprocess.Popen(
+        [*CLI, "run", "cases", "-k", "hang", *OPTS, "--run-id", "killed"],
+        cwd=root,
+        env=_env("1", folder, ENVDUMP=dump),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not pidfile.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        worker = int(pidfile.read_text())
+        assert Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[1] == str(first)
+        proc.kill()
+        proc.wait(timeout=30)
+        assert _gone(worker), f"worker {worker} outlived its run"
+        # the zygote serves on; killed, the next run starts another over its stale socket
+        assert not _gone(first, timeout=0.5)
+        os.kill(first, signal.SIGKILL)
+        assert _gone(first)
+        assert _forked_from(_run(root, "1", "third", folder, ENVDUMP=dump)[1]) != first
+    finally:
+        proc.kill()
+        stop_shared(folder)
+
+
+def test_a_changed_source_file_gives_another_digest(tmp_path: Path) -> None:
+    # a shared zygote's socket is named by the digest of the harness source and of the files
+    # of what it imports: one that loaded other versions serves nobody with these
+    files = [tmp_path / "a.py", tmp_path / "b.py"]
+    for f in files:
+        f.write_text("x = 1\n")
+    before = source_digest(files)
+    assert source_digest(files) == before
+    st = files[1].stat()
+    os.utime(files[1], ns=(st.st_atime_ns, st.st_mtime_ns + 1000))
+    touched = source_digest(files)
+    files[0].write_text("x = 2\n")
+    assert len({before, touched, source_digest(files)}) == 3
 
 
 def test_a_module_in_a_code_root_that_the_zygote_loaded_from_elsewhere_is_shadowing(
