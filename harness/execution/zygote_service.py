@@ -77,6 +77,22 @@ def connect_shared(
 def _connect(at: Path, timeout: float) -> Zygote | None:
     """A connection to the zygote listening at ``at``, once it said ready; None where none
     listens (or one that was exiting closed it)."""
+    peer = _peer(at)
+    if peer is None:
+        return None
+    sock, pid = peer
+    try:
+        if recv(sock, timeout) == b"ready":
+            return Zygote(sock, pid, None)
+    except OSError:
+        pass
+    sock.close()
+    return None
+
+
+def _peer(at: Path) -> tuple[socket.socket, int] | None:
+    """A socket connected to ``at`` and the pid of the process of this user listening there
+    (the kernel's record of it, known before that process accepts); None where none is."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         with addressed(str(at)) as address:
@@ -84,8 +100,8 @@ def _connect(at: Path, timeout: float) -> Zygote | None:
         pid, uid, _ = struct.unpack(
             "3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         )
-        if uid == os.getuid() and recv(sock, timeout) == b"ready":
-            return Zygote(sock, pid, None)
+        if uid == os.getuid():
+            return sock, pid
     except OSError:
         pass
     sock.close()
@@ -151,11 +167,11 @@ def stop_shared(folder: Path) -> list[int]:
     the pids signalled. For the end of a test session or CI job that set the folder."""
     pids = []
     for at in sorted(folder.glob("*.sock")):
-        z = _connect(at, 5.0)
-        if z is None:
+        peer = _peer(at)  # not waiting for "ready": a zygote that cannot accept stops too
+        if peer is None:
             continue
-        z.close()
+        peer[0].close()
         with contextlib.suppress(ProcessLookupError):
-            os.kill(z.pid, signal.SIGTERM)
-            pids.append(z.pid)
+            os.kill(peer[1], signal.SIGTERM)
+            pids.append(peer[1])
     return pids

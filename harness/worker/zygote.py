@@ -248,36 +248,57 @@ def serve(sock: socket.socket, path: list[str]) -> None:
 
 def serve_shared(listener: socket.socket, at: str, path: list[str], idle: float) -> None:
     """Serve every manager that connects to ``listener`` (bound at ``at``) until none has been
-    connected and no worker alive for ``idle`` seconds, or ``at`` is no longer its socket."""
+    connected and no worker alive for ``idle`` seconds, or ``at`` is no longer its socket, or
+    it could not accept a connection (it then removes ``at`` and serves those connected)."""
     server = Server(path)
     ino = os.stat(at).st_ino
     server.held.append(listener)
     idle_since = time.monotonic()
+    listening = True
     while True:
-        managers = server.held[1:]
+        managers = [s for s in server.held if s is not listener]
         busy = bool(managers or server.children)
         if busy:
             idle_since = time.monotonic()
         left = idle - (time.monotonic() - idle_since)
-        if not busy and (left <= 0 or not _still_at(at, ino)):
+        if not busy and (left <= 0 or not listening or not _still_at(at, ino)):
             break
-        for sock in server.wait([listener, *managers], None if busy else max(left, 0.0)):
+        waited = [listener, *managers] if listening else managers
+        for sock in server.wait(waited, None if busy else max(left, 0.0)):
             if sock is listener:
-                with contextlib.suppress(OSError):
+                try:
                     conn, _ = listener.accept()
-                    server.held.append(conn)
-                    _send_raw(conn, b"ready")
+                except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                    continue  # the manager gave up meanwhile
+                except OSError:
+                    # out of descriptors or the like, and the listener stays readable: stop
+                    # taking managers rather than spin (those waiting to be accepted see the
+                    # socket close and start another zygote), and serve those connected
+                    # until they leave
+                    listening = False
+                    _forget(at, ino)
+                    server.held.remove(listener)
+                    listener.close()
+                    continue
+                server.held.append(conn)
+                _send_raw(conn, b"ready")
             elif not server.request(sock):
                 server.held.remove(sock)
                 server.kill_workers_of(sock)
                 sock.close()
     # a manager connecting from here on starts another zygote; one that connected meanwhile
     # sees this socket close before it said ready, and does the same
+    if listening:
+        _forget(at, ino)
+        listener.close()
+    server.drain()
+
+
+def _forget(at: str, ino: int) -> None:
+    """Remove ``at`` if it is still this zygote's socket."""
     if _still_at(at, ino):
         with contextlib.suppress(OSError):
             os.unlink(at)
-    listener.close()
-    server.drain()
 
 
 def _send_raw(sock: socket.socket, data: bytes) -> None:

@@ -2,13 +2,16 @@
 have started: same environment, import path, working folder, flags, modules, session and
 signals; a code root that would shadow what the zygote preloaded gets a plain spawn; a private
 zygote does not outlive the run, a shared one (HARNESS_ZYGOTE_DIR) serves the next run, kills
-the workers of a run that died, and exits when idle. Real `harness run` processes throughout."""
+the workers of a run that died, exits when idle, and stops listening when it cannot accept.
+Real `harness run` processes throughout."""
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -21,7 +24,7 @@ from corecases import workers_alive
 from harness.execution.pool import WorkerPool, WorkerSpec
 from harness.execution.zygote import ForkedProcess
 from harness.execution.zygote_service import SHARED_ENV, source_digest, stop_shared
-from harness.worker.zygote import shadowed
+from harness.worker.zygote import addressed, shadowed
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -199,6 +202,40 @@ def test_runs_share_a_zygote_that_kills_the_workers_of_a_run_that_died(tmp_path:
         assert _forked_from(_run(root, "1", "third", folder, ENVDUMP=dump)[1]) != first
     finally:
         proc.kill()
+        stop_shared(folder)
+
+
+@pytest.mark.slow
+def test_a_shared_zygote_that_cannot_accept_removes_its_socket_rather_than_spin(
+    tmp_path: Path,
+) -> None:
+    """Out of descriptors (its limit lowered from outside, as a full table would), ``accept``
+    fails while the listener stays readable: the zygote closes the listener (the manager
+    waiting in its queue is told at once) and removes its socket, so the next run starts
+    another zygote, instead of looping on the failed accept until its idle time is up."""
+    root = _project(tmp_path)
+    folder = tmp_path / "zygotes"
+    same = {"ENVDUMP": str(root / "facts.json"), "HARNESS_ZYGOTE_IDLE": "600"}
+    first = _forked_from(_run(root, "1", "first", folder, **same)[1])
+    try:
+        (at,) = folder.glob("*.sock")
+        fds = {int(fd) for fd in os.listdir(f"/proc/{first}/fd")}
+        lowest_free = min(set(range(len(fds) + 1)) - fds)
+        hard = resource.prlimit(first, resource.RLIMIT_NOFILE)[1]
+        resource.prlimit(first, resource.RLIMIT_NOFILE, (lowest_free, hard))
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as sock:
+            with addressed(str(at)) as address:
+                sock.connect(address)  # queued: the zygote's accept is what fails
+            sock.settimeout(30)
+            try:
+                said = sock.recv(64)
+            except ConnectionResetError:
+                said = b""
+        assert said == b"", f"the zygote said {said!r} out of descriptors"
+        assert not at.exists()
+        assert _gone(first, timeout=10), "a zygote with no manager and no socket stays"
+        assert _forked_from(_run(root, "1", "second", folder, **same)[1]) != first
+    finally:
         stop_shared(folder)
 
 
