@@ -27,12 +27,25 @@ REPO = Path(__file__).resolve().parents[1]
 ZYGOTES = pytest.StashKey[Path]()
 
 
+# Plugins of the test environment that the pytest processes the tests start never use:
+# hypothesis's plugin imports hypothesis (1.4 s of CPU per process, measured 2026-12-03;
+# tests/compare/test_stats.py is its only user, in this process), anyio's 0.13 s.
+UNUSED_IN_CHILDREN = ("hypothesispytest", "anyio")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """The tests start `harness` (and pytest over harness/) hundreds of times, and each process
     would start a zygote of its own that imports torch: they share them instead, through a
     folder of this session's (``HARNESS_ZYGOTE_DIR``, docs/reports-and-ci.md), set here in
     the controlling process before the xdist workers start, so that they and every process
-    they start inherit it. A folder the environment names already is left as it is."""
+    they start inherit it. A folder the environment names already is left as it is.
+
+    A process that runs tests (an xdist worker, or a run without xdist) also keeps the pytest
+    processes its tests start from loading :data:`UNUSED_IN_CHILDREN`, through
+    ``PYTEST_ADDOPTS``; an xdist controller does not, so that its workers load them."""
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        blocked = " ".join(f"-p no:{name}" for name in UNUSED_IN_CHILDREN)
+        os.environ["PYTEST_ADDOPTS"] = f"{os.environ.get('PYTEST_ADDOPTS', '')} {blocked}".strip()
     if hasattr(config, "workerinput") or os.environ.get(SHARED_ENV) is not None:
         return
     folder = Path(tempfile.mkdtemp(prefix="harness-zygotes-"))

@@ -192,5 +192,7 @@ def run_plugin(p: pytest.Pytester, *args: str) -> pytest.RunResult:
         str(Path(harness.__file__).resolve().parent),
         *("--harness-cases", "cases", "--harness-code-root", "code"),
         *("--harness-out", "reports", "-p", "no:cacheprovider", f"--rootdir={p.path}"),
+        # plugins it never uses (pytester drops PYTEST_ADDOPTS, which tests/conftest.py sets)
+        *("-p", "no:hypothesispytest", "-p", "no:anyio"),
         *args,
     )
