@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -185,8 +187,8 @@ def test_shared_alignment_correlates_a_pair_once_and_changes_no_value(
 
     alone = all_three(pred), all_three(other)
     calls: list[int] = []
-    real = signal.correlate
-    monkeypatch.setattr(signal, "correlate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = audio.cross_correlation
+    monkeypatch.setattr(audio, "cross_correlation", lambda *a: calls.append(1) or real(*a))
     with audio.shared_alignment():
         shared = all_three(pred), all_three(other)
         assert len(calls) == 2  # one per pair of clips, not one per metric
@@ -199,7 +201,6 @@ def test_shared_alignment_correlates_a_pair_once_and_changes_no_value(
     assert len(calls) == 3 + 3  # outside the block nothing is kept
 
 
-@pytest.mark.filterwarnings("ignore:Use of fft convolution on input with NAN")
 def test_identical_clips_align_at_zero_without_correlating_as_correlating_would(
     rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -209,22 +210,55 @@ def test_identical_clips_align_at_zero_without_correlating_as_correlating_would(
     # A periodic clip correlates with itself as well at every period: the tie goes to lag 0.
     periodic = np.tile(np.sin(np.arange(100) / 100 * 2 * np.pi), (2, 60)) * 0.5
     calls: list[int] = []
-    real = signal.correlate
+    real = audio.cross_correlation
     for clip in (noise, periodic, np.zeros((2, 6000))):
         corr, lags = audio._correlation(clip, clip)  # what alignment would search
         keep = np.abs(lags) <= 800
         best = corr[keep].max()
         assert abs(corr[keep][lags[keep] == 0][0] - best) <= 1e-12 * max(1.0, abs(best))
-        monkeypatch.setattr(signal, "correlate", lambda *a, **k: calls.append(1) or real(*a, **k))
+        monkeypatch.setattr(audio, "cross_correlation", lambda *a: calls.append(1) or real(*a))
         copy = clip.copy()
         assert metrics.align(copy, clip, max_lag=800)[2] == 0
         assert metrics.audio_snr(copy, clip, max_lag=800) == math.inf
         assert metrics.audio_lsd(copy, clip, max_lag=800) == 0.0
         assert metrics.audio_lag_ms(copy, clip, sample_rate=SR) == 0.0
         assert calls == []  # identical clips are never correlated
-        monkeypatch.setattr(signal, "correlate", real)
+        monkeypatch.setattr(audio, "cross_correlation", real)
     shifted = delayed(noise, 30)
     assert metrics.align(shifted, noise, max_lag=800)[2] == 30  # a real lag is still found
     with_nan = noise.copy()
     with_nan[0, 10] = np.nan
     assert math.isnan(metrics.audio_snr(with_nan, with_nan.copy(), max_lag=800))
+
+
+def test_cross_correlation_is_scipy_signals_full_correlation_with_its_lags(
+    rng: np.random.Generator,
+) -> None:
+    from harness.metrics.audio import cross_correlation
+
+    for na, nb in ((6000, 6000), (5000, 6100), (7, 3), (3, 9), (1, 1)):
+        a, b = rng.standard_normal(na), rng.standard_normal(nb)
+        corr, lags = cross_correlation(a, b)
+        want = signal.correlate(a, b, mode="full", method="direct")
+        np.testing.assert_array_equal(lags, signal.correlation_lags(na, nb, mode="full"))
+        np.testing.assert_allclose(corr, want, rtol=0, atol=1e-12 * np.abs(want).max())
+        assert lags[np.argmax(corr)] == lags[np.argmax(want)]
+
+
+def test_audio_metrics_do_not_import_scipy_signal() -> None:
+    """Importing scipy.signal costs a worker ~1-1.5 s of CPU; the audio checks need only
+    scipy.fft (a fresh interpreter, so nothing imported before hides the import)."""
+    code = (
+        "import sys, numpy as np\n"
+        "from harness import metrics\n"
+        "rng = np.random.default_rng(0)\n"
+        "t = rng.standard_normal((2, 6000)); p = np.roll(t, 30, axis=1) * 0.9\n"
+        "metrics.audio_snr(p, t, max_lag=800); metrics.audio_lsd(p, t, max_lag=800)\n"
+        "assert metrics.audio_lag_ms(p, t, sample_rate=16000) > 0\n"
+        "print('scipy.fft' in sys.modules, 'scipy.signal' in sys.modules)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["True", "False"]
