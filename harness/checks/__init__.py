@@ -19,12 +19,9 @@ from harness.checks.finite import finiteness_checks
 from harness.checks.identical import identical_outputs_check
 from harness.checks.latency import budget_checks
 from harness.checks.notes import note_check
-from harness.checks.quality import QUALITY_METRICS
-from harness.checks.quality import evaluate as evaluate_quality
-from harness.metrics.audio import shared_alignment
 from harness.model import Attempt, Case, CheckResult, CheckSpec
+from harness.model.vocab import QUALITY_METRICS
 from harness.platforms.policy import Policy
-from harness.references.store import ReferenceStore
 
 __all__ = [
     "CASE_LEVEL_METRICS",
@@ -85,6 +82,13 @@ def evaluate_attempt_checks(
     why the platform is simulated (None when it is real): checks with ``needs_device`` are then
     not run, and say so.
     """
+    # Imported here: the quality checks need numpy, PyAV and the reference store (~0.45 s of
+    # CPU to import), which the manager, importing this package for the case-level checks,
+    # never uses. The worker preloads them (harness.worker.attempt).
+    from harness.checks.quality import evaluate as evaluate_quality
+    from harness.metrics.audio import shared_alignment
+    from harness.references.store import ReferenceStore
+
     with shared_alignment():  # the audio checks of one output share its alignment
         chain = tuple(threshold_chain) if threshold_chain is not None else tuple(platform_chain)
         results = finiteness_checks(outputs)

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from harness import media, metrics
+from harness.checks.missing import NO_REFERENCE, lacks_reference
 from harness.errors import HarnessError, NoReferenceError
 from harness.fsio import read_array
 from harness.metrics import MetricResult, Reduce
@@ -67,16 +68,8 @@ CLIP_ENV = "HARNESS_CLIP_MODEL"
 # A check setting read by `harness compare` (the quality margin of that metric for the case).
 COMPARE_MARGIN = "compare_margin"
 CLIP_NOT_CONFIGURED = f"no CLIP model configured (set {CLIP_ENV})"
-# How the reason of a check that failed only because its output was never blessed begins:
-# `harness run` then prints the bless command that pins it (:func:`lacks_reference`).
-NO_REFERENCE = "no reference yet"
-
-
-def lacks_reference(check: CheckResult) -> bool:
-    """True for a failed quality check whose output has no reference (no store, or nothing
-    pinned on the lookup chain): blessing the output is the fix, not a change of code."""
-    return check.passed is False and (check.reason or "").startswith(NO_REFERENCE)
-
+# A check that failed only because its output was never blessed: its reason begins with
+# NO_REFERENCE, and `harness run` prints the bless command that pins it (harness.checks.missing).
 
 _VIDEO_KINDS = ("video", "image")
 

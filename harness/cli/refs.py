@@ -222,7 +222,7 @@ def bless_hints(report: RunReport, run_dir: Path, references: Path | None) -> li
     Simulated results are never blessed, so they get no line; ``references`` is the store the
     run was given (None: the default ``references/``, left out of the command).
     """
-    from harness.checks.quality import NO_REFERENCE, lacks_reference
+    from harness.checks.missing import NO_REFERENCE, lacks_reference
 
     lines = []
     for case in report.cases:

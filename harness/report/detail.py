@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from markupsafe import Markup
 
 from harness.model import Attempt, CaseResult, CheckResult, fmt_number
-from harness.report.gallery import judged_attempt
+from harness.report.shown import judged_attempt
 
 
 class Logs(Protocol):

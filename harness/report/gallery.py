@@ -18,10 +18,13 @@ import numpy as np
 from markupsafe import Markup
 
 from harness.media import select_frames
-from harness.model import Attempt, CaseResult, CheckResult, fmt_number
+from harness.model import CaseResult, CheckResult, fmt_number
 from harness.references.store import ReferenceStore
 from harness.report import images, plots
 from harness.report.images import ImageError, ImageFolder, Picture
+from harness.report.shown import audio_outputs as _audio_outputs
+from harness.report.shown import first_measured, judged_attempt
+from harness.report.shown import video_outputs as _video_outputs
 
 Loader = Callable[[Sequence[int]], np.ndarray]  # frame indices -> uint8 [len, H, W, 3]
 
@@ -64,34 +67,6 @@ class Gallery:
     caption: str
     videos: tuple[VideoBlock, ...] = ()
     audios: tuple[AudioBlock, ...] = field(default_factory=tuple)
-
-
-def judged_attempt(case: CaseResult) -> Attempt | None:
-    """The attempt whose checks are the case's: its last measured one."""
-    measured = [a for a in case.attempts if not a.warmup and a.status != "budget_declined"]
-    return measured[-1] if measured else None
-
-
-def first_measured(case: CaseResult) -> Attempt | None:
-    measured = [a for a in case.attempts if not a.warmup and a.status != "budget_declined"]
-    return measured[0] if measured else None
-
-
-def _video_outputs(a: Attempt) -> list[str]:
-    kinds = {n: str(o.get("kind")) for n, o in a.outputs.items()}
-    named = [n for n, k in kinds.items() if k in ("video", "image")]
-    if named:
-        return named
-    # no video output: show an exported file PyAV decodes (an MP4 of the frames)
-    return [
-        n
-        for n, o in a.outputs.items()
-        if str(o.get("path", "")).lower().endswith(images.VIDEO_SUFFIXES)
-    ]
-
-
-def _audio_outputs(a: Attempt) -> list[str]:
-    return [n for n, o in a.outputs.items() if o.get("kind") == "audio"]
 
 
 def _quality(checks: Sequence[CheckResult], output: str) -> list[CheckResult]:

@@ -25,17 +25,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 from markupsafe import Markup
 
 from harness.fsio import write_text_atomic
 from harness.model import Attempt, CaseResult, RunReport, fmt_number
-from harness.references.store import ReferenceStore
 from harness.report.detail import Strings, case_detail, page_data, seconds
-from harness.report.gallery import Gallery, run_gallery
-from harness.report.images import ImageFolder
+from harness.report.shown import has_media
+
+if TYPE_CHECKING:
+    from harness.references.store import ReferenceStore
+    from harness.report.gallery import Gallery
+    from harness.report.images import ImageFolder
 
 LOG_TAIL_CHARS = 4000  # of a worker log or stack dump shown with an attempt
 # A case that did not pass is drawn open; one with pictures too when the run is this small (a
@@ -146,10 +149,14 @@ def case_view(
     c: CaseResult,
     run_dir: Path,
     store: ReferenceStore | None,
-    folder: ImageFolder,
+    folder: ImageFolder | None,
     n_cases: int,
 ) -> CaseView:
-    gallery = run_gallery(c, run_dir, store, folder, f"c{i}")
+    gallery = None
+    if folder is not None and has_media(c):
+        from harness.report.gallery import run_gallery
+
+        gallery = run_gallery(c, run_dir, store, folder, f"c{i}")
     return CaseView(
         anchor=f"case-{i}",
         index=i,
@@ -171,8 +178,15 @@ def _git(env: Mapping[str, Any]) -> str:
 def render_run_html(report: RunReport, run_dir: Path, *, references: Path | None = None) -> str:
     """The page of ``report`` (whose outputs live under ``run_dir``); the frames it shows are
     written into ``run_dir/images/`` as it goes."""
-    store = ReferenceStore(references) if references is not None and references.is_dir() else None
-    folder = ImageFolder(run_dir)
+    store = folder = None
+    # The gallery's modules (numpy, PyAV, the reference store) only for a page that draws media.
+    if any(has_media(c) for c in report.cases):
+        from harness.references.store import ReferenceStore
+        from harness.report.images import ImageFolder
+
+        folder = ImageFolder(run_dir)
+        if references is not None and references.is_dir():
+            store = ReferenceStore(references)
     logs = Logs(run_dir)
     n = len(report.cases)
     views = [case_view(i, c, run_dir, store, folder, n) for i, c in enumerate(report.cases)]
@@ -204,7 +218,7 @@ def render_run_html(report: RunReport, run_dir: Path, *, references: Path | None
             },
             worker_logs=logs.all(),
             data=page_data(strings, details),
-            references=str(references) if store is not None else None,
+            references=str(references) if references is not None and references.is_dir() else None,
         )
     )
 

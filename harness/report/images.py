@@ -24,9 +24,9 @@ from harness import media
 from harness.errors import HarnessError
 from harness.fsio import read_array, write_atomic
 from harness.references.store import ReferenceStore
+from harness.report.shown import VIDEO_SUFFIXES
 
 THUMB_PX = 192  # longest side of a thumbnail; smaller frames are their own thumbnail
-VIDEO_SUFFIXES = (".mp4", ".mkv", ".webm", ".mov", ".avi")
 # Heat-map colours (black -> purple -> orange -> yellow -> white) at evenly spaced stops; the
 # page's colour bar (.heatbar in report.css) is the same gradient.
 STOPS = np.array(

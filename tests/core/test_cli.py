@@ -40,6 +40,43 @@ def test_help_has_an_example() -> None:
     assert "example" in out and "harness run" in out and "--budget" in out
 
 
+def test_a_run_without_media_never_imports_numpy_pyav_or_torch_in_the_manager(
+    project: Path,
+) -> None:
+    """The manager of a run whose cases write no media (the report draws none) imports none
+    of numpy, PyAV, scipy and torch: numpy and PyAV alone cost ~0.45 s of CPU per `harness`
+    process. The workers import what their cases need."""
+    write_cases(
+        project,
+        "two.toml",
+        '[[case]]\nid = "ok"\nkind = "loader"\ntarget = "tmod:ok"\n\n'
+        '[[case]]\nid = "bad"\nkind = "loader"\ntarget = "tmod:bad"\n',
+    )
+    code = (
+        "import atexit, runpy, sys\n"
+        "heavy = ('numpy', 'av', 'scipy', 'torch')\n"
+        "atexit.register(lambda: print('HEAVY', [m for m in heavy if m in sys.modules]))\n"
+        "sys.argv = ['harness', 'run', 'cases', '--code-root', 'code', '--run-id', 'r', '-q']\n"
+        "runpy.run_module('harness.cli', run_name='__main__')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "HEAVY []" in proc.stdout, proc.stdout
+    run = project / "reports" / "r"
+    assert "loader/bad[cpu]" in (run / "index.html").read_text()
+    statuses = {
+        c["id"]: c["status"] for c in json.loads((run / "report.json").read_text())["cases"]
+    }
+    assert statuses == {"ok": "passed", "bad": "failed"}
+
+
 def test_bad_case_file_is_reported_and_the_rest_runs(project: Path) -> None:
     write_cases(project, "good.toml", 'id = "ok"\nkind = "loader"\ntarget = "tmod:ok"\n')
     write_cases(project, "bad.toml", 'id = "b"\nkind = "loader"\ntarget = "tmod:ok"\nrepeat = 2\n')
