@@ -245,9 +245,9 @@ def test_cross_correlation_is_scipy_signals_full_correlation_with_its_lags(
         assert lags[np.argmax(corr)] == lags[np.argmax(want)]
 
 
-def test_audio_metrics_do_not_import_scipy_signal() -> None:
-    """Importing scipy.signal costs a worker ~1-1.5 s of CPU; the audio checks need only
-    scipy.fft (a fresh interpreter, so nothing imported before hides the import)."""
+def test_audio_metrics_import_no_scipy() -> None:
+    """Importing scipy.signal costs a worker 1.0-1.5 s of CPU, scipy.fft ~0.4 s; the audio
+    checks use numpy's FFT (a fresh interpreter, so nothing imported before hides an import)."""
     code = (
         "import sys, numpy as np\n"
         "from harness import metrics\n"
@@ -255,10 +255,10 @@ def test_audio_metrics_do_not_import_scipy_signal() -> None:
         "t = rng.standard_normal((2, 6000)); p = np.roll(t, 30, axis=1) * 0.9\n"
         "metrics.audio_snr(p, t, max_lag=800); metrics.audio_lsd(p, t, max_lag=800)\n"
         "assert metrics.audio_lag_ms(p, t, sample_rate=16000) > 0\n"
-        "print('scipy.fft' in sys.modules, 'scipy.signal' in sys.modules)\n"
+        "print(sorted(m for m in sys.modules if m == 'scipy' or m.startswith('scipy.')))\n"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.split() == ["True", "False"]
+    assert proc.stdout.split() == ["[]"]
