@@ -84,7 +84,8 @@ def evaluate_attempt_checks(
     """
     # Imported here: the quality checks need numpy, PyAV and the reference store (~0.45 s of
     # CPU to import), which the manager, importing this package for the case-level checks,
-    # never uses. The worker preloads them (harness.worker.attempt).
+    # never uses, nor does a fresh-process worker whose case checks no output. A persistent
+    # worker preloads them (harness.execution.pool.WORKER_MODULES).
     from harness.checks.quality import evaluate as evaluate_quality
     from harness.metrics.audio import shared_alignment
     from harness.references.store import ReferenceStore

@@ -31,7 +31,15 @@ from harness.worker import protocol as p
 # the first attempt's duration and lets the worker seed torch before every attempt.
 DEFAULT_PREIMPORT: tuple[str, ...] = ("numpy", "torch")
 STARTUP_TIMEOUT_S = 120.0
-WORKER_ATTEMPT = "harness.worker.attempt"
+# What a persistent worker imports before it says it is ready, after the profile's preimports:
+# the attempt runner, and the quality checks and layered references it imports when it checks
+# outputs (numpy, PyAV, the reference store). A fresh-process worker imports those only if its
+# case checks an output.
+WORKER_MODULES: tuple[str, ...] = (
+    "harness.worker.attempt",
+    "harness.checks.quality",
+    "harness.references.layered",
+)
 
 
 class WorkerTimeout(Exception):
@@ -122,7 +130,7 @@ class WorkerHandle:
         args = ["--stackdump", str(self.dump_path)]
         # A persistent worker also imports the attempt runner (the checks, the metrics) before
         # it says it is ready: a one-off cost of the worker's start, never of its first case.
-        preimport = () if spec.fresh else (*spec.preimport, WORKER_ATTEMPT)
+        preimport = () if spec.fresh else (*spec.preimport, *WORKER_MODULES)
         for mod in preimport:
             args += ["--preimport", mod]
         self._log: IO[bytes] = open(self.log_path, "ab")  # noqa: SIM115 - closed in close()

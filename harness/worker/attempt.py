@@ -19,9 +19,6 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-# harness.checks.quality: what evaluate_attempt_checks imports when it runs (numpy, PyAV, the
-# reference store), here so that a zygote that preloads this module preloads it for its workers.
-import harness.checks.quality  # noqa: F401
 from harness import probe
 from harness.checks import evaluate_attempt_checks
 from harness.errors import InfrastructureError

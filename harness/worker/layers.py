@@ -12,12 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.fsio import write_atomic
-from harness.metrics import names as metric_names
 from harness.model import CheckResult
 from harness.model.layers import ReferenceLayers, no_layered_reference
+from harness.model.vocab import QUALITY_METRICS
 from harness.probe.samples import RULE
-from harness.references.layered import explain
-from harness.references.store import ReferenceStore
 
 __all__ = ["INTERMEDIATES_FILE", "explain_attempt", "quality_failed", "write_intermediates"]
 
@@ -51,7 +49,7 @@ def write_intermediates(
 
 def quality_failed(checks: Sequence[CheckResult]) -> bool:
     """Whether a quality check (a metric against a reference, or finiteness) failed."""
-    quality = {*metric_names(), "nonfinite"}
+    quality = {*QUALITY_METRICS, "nonfinite"}
     return any(c.passed is False and c.metric in quality for c in checks)
 
 
@@ -71,6 +69,11 @@ def explain_attempt(
         return no_layered_reference("", "the case names no reference")
     if not references_root:
         return no_layered_reference(reference_id, "the run was given no reference store")
+    # Imported here: numpy and PyAV, which a fresh-process worker whose case checks no output
+    # never loads (harness.execution.pool.WORKER_MODULES preloads them in persistent ones).
+    from harness.references.layered import explain
+    from harness.references.store import ReferenceStore
+
     store = ReferenceStore(Path(references_root))
     return explain(
         store,

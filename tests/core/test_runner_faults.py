@@ -186,6 +186,33 @@ def test_cold_import_case_gets_a_fresh_interpreter_each_attempt(project: Path) -
     assert all(a.fresh_process for a in cold.attempts)
 
 
+def test_a_fresh_process_case_starts_without_numpy_or_pyav(project: Path) -> None:
+    """The harness's quality checks (numpy, PyAV) are loaded in a fresh-process worker only for
+    a case that checks outputs: a cold-import case can catch a target importing numpy eagerly."""
+    write_cases(
+        project,
+        "bare.toml",
+        """
+        [[case]]
+        id = "no-numpy"
+        kind = "import"
+        target = "tmod:cold"
+        params = { module = "numpy" }
+        fresh_process = true
+
+        [[case]]
+        id = "no-av"
+        kind = "import"
+        target = "tmod:cold"
+        params = { module = "av" }
+        fresh_process = true
+    """,
+    )
+    report, _ = run_suite(project)
+    for case in by_id(report).values():
+        assert case.status == "passed", (case.id, case.reason)
+
+
 def test_nan_output_fails_and_names_the_output(project: Path) -> None:
     write_cases(
         project,
