@@ -153,7 +153,7 @@ def case_view(
     n_cases: int,
 ) -> CaseView:
     gallery = None
-    if folder is not None and has_media(c):
+    if folder is not None:  # some case of the page has media (run_gallery: None for the rest)
         from harness.report.gallery import run_gallery
 
         gallery = run_gallery(c, run_dir, store, folder, f"c{i}")
@@ -178,6 +178,7 @@ def _git(env: Mapping[str, Any]) -> str:
 def render_run_html(report: RunReport, run_dir: Path, *, references: Path | None = None) -> str:
     """The page of ``report`` (whose outputs live under ``run_dir``); the frames it shows are
     written into ``run_dir/images/`` as it goes."""
+    refs = references if references is not None and references.is_dir() else None
     store = folder = None
     # The gallery's modules (numpy, PyAV, the reference store) only for a page that draws media.
     if any(has_media(c) for c in report.cases):
@@ -185,8 +186,7 @@ def render_run_html(report: RunReport, run_dir: Path, *, references: Path | None
         from harness.report.images import ImageFolder
 
         folder = ImageFolder(run_dir)
-        if references is not None and references.is_dir():
-            store = ReferenceStore(references)
+        store = ReferenceStore(refs) if refs is not None else None
     logs = Logs(run_dir)
     n = len(report.cases)
     views = [case_view(i, c, run_dir, store, folder, n) for i, c in enumerate(report.cases)]
@@ -218,7 +218,7 @@ def render_run_html(report: RunReport, run_dir: Path, *, references: Path | None
             },
             worker_logs=logs.all(),
             data=page_data(strings, details),
-            references=str(references) if references is not None and references.is_dir() else None,
+            references=str(refs) if refs is not None else None,
         )
     )
 

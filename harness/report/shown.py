@@ -12,14 +12,19 @@ from harness.model import Attempt, CaseResult
 VIDEO_SUFFIXES = (".mp4", ".mkv", ".webm", ".mov", ".avi")
 
 
+def _measured(case: CaseResult) -> list[Attempt]:
+    return [a for a in case.attempts if not a.warmup and a.status != "budget_declined"]
+
+
 def judged_attempt(case: CaseResult) -> Attempt | None:
     """The attempt whose checks are the case's: its last measured one."""
-    measured = [a for a in case.attempts if not a.warmup and a.status != "budget_declined"]
+    measured = _measured(case)
     return measured[-1] if measured else None
 
 
 def first_measured(case: CaseResult) -> Attempt | None:
-    measured = [a for a in case.attempts if not a.warmup and a.status != "budget_declined"]
+    """The first measured attempt (a comparison's side shows it)."""
+    measured = _measured(case)
     return measured[0] if measured else None
 
 

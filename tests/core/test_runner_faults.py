@@ -209,8 +209,11 @@ def test_a_fresh_process_case_starts_without_numpy_or_pyav(project: Path) -> Non
     """,
     )
     report, _ = run_suite(project)
-    for case in by_id(report).values():
+    cases = by_id(report)
+    assert set(cases) == {"no-numpy", "no-av"}
+    for case in cases.values():
         assert case.status == "passed", (case.id, case.reason)
+        assert all(a.fresh_process for a in case.attempts)
 
 
 def test_nan_output_fails_and_names_the_output(project: Path) -> None:

@@ -262,7 +262,7 @@ def init_dit(cfg: DiTConfig, seed: int) -> TinyDiT:
     with torch.device("meta"):
         model = TinyDiT(cfg)
     model = model.to_empty(device="cpu")
-    if any(True for _ in model.buffers()):
+    if next(model.buffers(), None) is not None:
         raise RuntimeError("init_dit draws parameters only, and TinyDiT now has a buffer")
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
