@@ -193,12 +193,16 @@ def int8_linear(
     convrot: bool,
     groupsize: int,
     path: Int8Path,
+    dequantized: Callable[[Callable[[], torch.Tensor], torch.dtype], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """``x @ dequant(weight).T + bias`` by the chosen path, where the tensors allow it.
 
     ``weight`` int8 [out, in] (rotated when ``convrot``), ``weight_scale`` float32 [out, 1].
     ``path="int_mm"`` falls back to ``dequant_matmul`` for tensors ``torch._int_mm`` cannot
     take (see :func:`int_mm_applies`); the path taken is counted for :func:`recording`.
+    ``dequantized(compute, dtype)``, when given, supplies ``dequant_matmul``'s weight in
+    ``dtype``, from ``compute()`` or from a weight it kept (the layer's
+    :class:`~tinyav.quant.reuse.DequantCache`).
     """
     from tinyav.hadamard import rotate_grouped
 
@@ -213,10 +217,15 @@ def int8_linear(
         y = y.reshape(*x.shape[:-1], weight.shape[0])
         _executed("int8_mm", "int_mm")
         return y + bias.to(x.dtype) if bias is not None else y
-    w = weight.to(torch.float32) * weight_scale
-    if convrot:
-        w = rotate_grouped(w, groupsize)  # derotation is the same grouped matmul
-    out = torch.nn.functional.linear(x, w.to(x.dtype), None if bias is None else bias.to(x.dtype))
+
+    def compute() -> torch.Tensor:
+        w = weight.to(torch.float32) * weight_scale
+        if convrot:
+            w = rotate_grouped(w, groupsize)  # derotation is the same grouped matmul
+        return w.to(x.dtype)
+
+    w = compute() if dequantized is None else dequantized(compute, x.dtype)
+    out = torch.nn.functional.linear(x, w, None if bias is None else bias.to(x.dtype))
     _executed("int8_mm", "dequant_matmul")
     return out
 

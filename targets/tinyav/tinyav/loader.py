@@ -239,6 +239,10 @@ def _install_offload(model: TinyDiT, device: torch.device) -> None:
         mod.to("cpu")
 
     for block in model.blocks:
+        for mod in block.modules():
+            kept = getattr(mod, "dequantized", None)
+            if kept is not None:
+                kept.enabled = False  # nothing of a block stays on the device between visits
         block.register_forward_pre_hook(to_device)
         block.register_forward_hook(back)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -11,6 +11,7 @@ from torch import nn
 from tinyav import dispatch
 from tinyav.hadamard import GROUP_SIZE, applies, rotate_grouped
 from tinyav.quant import QuantizationConfig
+from tinyav.quant.reuse import DequantCache
 
 FORMAT = "int8_tensorwise"
 
@@ -83,7 +84,8 @@ class Int8ConvRotLinear(nn.Module):
     """Linear layer whose int8 weight and float32 scale stay exactly as stored.
 
     They are buffers (never trained, never cast by ``module.to(dtype)`` helpers that skip
-    quantized modules), dequantized per forward in the activation dtype.
+    quantized modules), dequantized in the activation dtype on the ``dequant_matmul`` path,
+    and that weight kept while they stay unchanged (:mod:`tinyav.quant.reuse`).
     """
 
     def __init__(
@@ -101,6 +103,7 @@ class Int8ConvRotLinear(nn.Module):
         self.convrot = convrot
         self.groupsize = groupsize
         self.mm_path: dispatch.Int8Path = "dequant_matmul"
+        self.dequantized = DequantCache()
         self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=torch.int8))
         self.register_buffer("weight_scale", torch.ones(out_features, 1, dtype=torch.float32))
         self.bias: torch.Tensor | None
@@ -118,7 +121,11 @@ class Int8ConvRotLinear(nn.Module):
             convrot=self.convrot,
             groupsize=self.groupsize,
             path=self.mm_path,
+            dequantized=self._dequantized,
         )
+
+    def _dequantized(self, compute: Callable[[], torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+        return self.dequantized.get((self.weight, self.weight_scale), dtype, compute)
 
     def extra_repr(self) -> str:
         return (

@@ -10,6 +10,7 @@ from torch import nn
 
 from tinyav.fp8 import FN, FNUZ, cast_to_fp8, fp8_dtype_for, normalize_e4m3fn_to_e4m3fnuz
 from tinyav.quant import QuantizationConfig
+from tinyav.quant.reuse import DequantCache
 
 FORMAT = "float8_e4m3fn"
 
@@ -41,6 +42,7 @@ class Fp8Linear(nn.Module):
         self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=FN))
         self.register_buffer("weight_scale", torch.ones((), dtype=torch.float32))
         self.register_buffer("input_scale", torch.ones((), dtype=torch.float32))
+        self.dequantized = DequantCache()  # the weight in the compute dtype, while unchanged
         self.bias: torch.Tensor | None
         if bias:
             self.register_buffer("bias", torch.zeros(out_features, dtype=torch.float32))
@@ -68,5 +70,9 @@ class Fp8Linear(nn.Module):
         # Static activation quantization in the weight's flavour (saturating, never NaN).
         xq = cast_to_fp8(x / self.input_scale, self.weight.dtype)
         xd = (xq.to(torch.float32) * self.input_scale).to(x.dtype)
-        w = (self.weight.to(torch.float32) * self.weight_scale).to(x.dtype)
+        w = self.dequantized.get(
+            (self.weight, self.weight_scale),
+            x.dtype,
+            lambda: (self.weight.to(torch.float32) * self.weight_scale).to(x.dtype),
+        )
         return nn.functional.linear(xd, w, None if self.bias is None else self.bias.to(x.dtype))
