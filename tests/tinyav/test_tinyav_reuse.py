@@ -101,6 +101,17 @@ def test_fp8_flavour_normalization_is_seen_by_the_next_forward() -> None:
     assert torch.equal(out, _fresh(layer, x))
 
 
+def test_a_weight_kept_in_inference_mode_is_not_used_where_autograd_records() -> None:
+    layer = _int8_layer()
+    x = torch.randn(2, 512, generator=GEN)
+    with torch.inference_mode():
+        inferred = layer(x)
+    xg = x.clone().requires_grad_(True)
+    out = layer(xg)  # a weight made in inference mode here: "cannot be saved for backward"
+    out.sum().backward()
+    assert xg.grad is not None and torch.equal(out.detach(), inferred)
+
+
 def test_cache_compares_tensors_by_identity_and_version() -> None:
     cache = DequantCache()
     a, b = torch.ones(2), torch.ones(2)  # equal values, different tensors
