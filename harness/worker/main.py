@@ -33,7 +33,7 @@ from typing import IO, Any
 from harness.worker import protocol as p
 from harness.worker.isolation import configure as configure_isolation
 from harness.worker.isolation import forget as forget_snapshot
-from harness.worker.isolation import isolated
+from harness.worker.isolation import isolated, tables_frozen, unfrozen_tables
 from harness.worker.isolation import prepare as prepare_snapshot
 from harness.worker.leftovers import become_subreaper
 
@@ -118,9 +118,8 @@ def _handle(msg: p.Request) -> p.Reply:
                 # Inside the isolation: what the target's finalizers (__del__, weakref.finalize)
                 # change while its garbage is collected is put back, or fails this case.
                 gc.collect()
-            if len(sys.modules) > modules:
-                # After the restore: the isolation's new copy of sys.modules is frozen too
-                _freeze_heap()
+            # frozen once answered, with the isolation's new copy of sys.modules (_freeze_heap)
+            _heap.imported = _heap.imported or len(sys.modules) > modules
         attempt = guard.apply(attempt)
         return p.AttemptReply(
             nonce=msg.nonce,
@@ -212,6 +211,8 @@ def main(argv: list[str] | None = None, *, parent_pid: int | None = None) -> int
                 prepare_snapshot()
             except Exception:  # read again, in full, when the next attempt starts
                 forget_snapshot()
+            if _heap.imported or unfrozen_tables():
+                _freeze_heap()
     pool = sys.modules.get("harness.worker.server_pool")
     if pool is not None:  # servers that cases shared and no case marked as done with
         try:
@@ -222,34 +223,53 @@ def main(argv: list[str] | None = None, *, parent_pid: int | None = None) -> int
     return 0
 
 
+class _Heap:
+    """Whether an attempt imported modules since the worker last froze its heap."""
+
+    imported = False
+
+
+_heap = _Heap()
+
+
 def _freeze_heap() -> None:
-    """After an attempt that imported modules (a target's first, which imports its stack):
-    freeze what survived its full collection, which ran inside its isolation (so that what
+    """Freeze the heap after an attempt that imported modules (a target's first, which imports
+    its stack), or whose answer left the next attempt's snapshot with tables not frozen yet.
+    What survived the attempt's full collection, which ran inside its isolation (so that what
     finalizers change is put back like the target's own changes; the stages were timed
-    already), as :func:`_settle_heap` does at start-up. Targets leave reference cycles behind
-    (a diffusers pipeline's modules are one: ~220 of them per build), which only the cyclic
-    collector frees; left to the collector's own schedule, a full collection lands inside some
-    later attempt, timed as that case's stages and paid for the garbage of the cases before
-    it. So every attempt is followed by a full collection that walks only the last attempt's
-    leftovers and what the worker keeps between attempts.
+    already), is frozen as :func:`_settle_heap` does at start-up. Targets leave reference
+    cycles behind (a diffusers pipeline's modules are one: ~220 of them per build), which only
+    the cyclic collector frees; left to the collector's own schedule, a full collection lands
+    inside some later attempt, timed as that case's stages and paid for the garbage of the
+    cases before it. So every attempt is followed by a full collection that walks only the
+    last attempt's leftovers and what the worker made since it last froze.
 
     diffusers and transformers bring ~260,000 objects, and walking them made every later
     collection take 160-230 ms. The freeze also keeps what that attempt left alive besides its
     imports (caches it filled) out of the collector's reach for good, so a cycle among those
     that dies later is never freed; other attempts' leftovers are not frozen, as what an
-    attempt leaves alive may die later. It runs after the isolation's restore, which copies
-    the grown ``sys.modules`` (~1,300 entries with torch): frozen, that copy is no longer
-    walked by the collection after every later attempt (~24 us each, in cache misses)."""
+    attempt leaves alive may die later. It runs once the attempt is answered and the next
+    attempt's snapshot is taken, so that the snapshot's tables (the copy of the grown
+    ``sys.modules``, ~1,300 entries with torch, the watched modules' namespaces, the loggers'
+    states: several thousand references) are frozen too; walked by the full collection
+    after every attempt, they cost ~90 us of the ~200 it took after a trivial one."""
     gc.freeze()
+    tables_frozen()
+    _heap.imported = False
 
 
 def _settle_heap() -> None:
-    """Collect once and freeze what survives (torch, numpy, the harness, what the probes
-    imported), so that the cyclic collector never walks it again. A full collection with torch
-    loaded takes ~0.1 s; one that lands inside an attempt is timed as that case's latency and
-    paid for garbage the cases before it left. Runs between attempts only."""
+    """Collect once, take the next attempt's snapshot, and freeze what survives (torch, numpy,
+    the harness, what the probes imported, the snapshot's tables), so that the cyclic
+    collector never walks it again. A full collection with torch loaded takes ~0.1 s; one that
+    lands inside an attempt is timed as that case's latency and paid for garbage the cases
+    before it left. Runs between attempts only."""
     gc.collect()
-    gc.freeze()
+    try:
+        prepare_snapshot()
+    except Exception:  # read again, in full, when the next attempt starts
+        forget_snapshot()
+    _freeze_heap()
 
 
 def die_with_parent(parent: str | None) -> None:

@@ -209,6 +209,24 @@ def bulky_frozen():
 
 _BULKY = []
 
+def logger_made():
+    import logging
+    # a logger made without an import: the next snapshot reads the loggers' states afresh
+    logging.getLogger("isomod.made").setLevel(logging.INFO)
+
+def tables_frozen():
+    import gc
+    from harness.worker import imports
+    # The worker's copy of sys.modules (~1,300 entries with torch), which the snapshots share
+    # while nothing is imported, is frozen with the snapshot's other tables: the full
+    # collection after every attempt walks only what was made since.
+    copy = imports._modules_seen
+    assert len(copy) > 100, len(copy)
+    walked = gc.get_objects()
+    assert not any(o is copy for o in walked), "the snapshot's copy of sys.modules is walked"
+    probe.note("tracked", len(walked))
+    assert len(walked) < 200, f"{len(walked)} objects tracked and not frozen"
+
 def hang_with_pid(pidfile):
     Path(pidfile).write_text(str(os.getpid()))
     time.sleep(600)
