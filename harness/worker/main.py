@@ -247,12 +247,14 @@ def _freeze_heap() -> None:
     diffusers and transformers bring ~260,000 objects, and walking them made every later
     collection take 160-230 ms. The freeze also keeps what that attempt left alive besides its
     imports (caches it filled) out of the collector's reach for good, so a cycle among those
-    that dies later is never freed; other attempts' leftovers are not frozen, as what an
-    attempt leaves alive may die later. It runs once the attempt is answered and the next
-    attempt's snapshot is taken, so that the snapshot's tables (the copy of the grown
-    ``sys.modules``, ~1,300 entries with torch, the watched modules' namespaces, the loggers'
-    states: several thousand references) are frozen too; walked by the full collection
-    after every attempt, they cost ~90 us of the ~200 it took after a trivial one."""
+    that dies later is never freed; the leftovers of an attempt that did neither (most
+    attempts) are not frozen, as what an attempt leaves alive may die later (a coverage
+    attempt, whose snapshot is read afresh, leaves new tables). It runs once the attempt is
+    answered and the next attempt's snapshot is taken, so that the snapshot's tables (the copy
+    of the grown ``sys.modules``, ~1,300 entries with torch, the watched modules' namespaces,
+    the loggers' states: several thousand references) are frozen too; walked by the full
+    collection after every attempt, they cost ~90 us of the ~200 it took after a trivial
+    one."""
     gc.freeze()
     tables_frozen()
     _heap.imported = False
