@@ -100,6 +100,7 @@ def _handle(msg: p.Request) -> p.Reply:
         from harness.worker.attempt import run_attempt
 
         covered: dict[str, Any] | None = None
+        _heap.coverage = msg.job.coverage is not None
         with ExitStack() as stack:
             if msg.job.coverage is not None:
                 # Outside the isolation: the tracer is on before its snapshot and after its
@@ -211,7 +212,9 @@ def main(argv: list[str] | None = None, *, parent_pid: int | None = None) -> int
                 prepare_snapshot()
             except Exception:  # read again, in full, when the next attempt starts
                 forget_snapshot()
-            if _heap.imported or unfrozen_tables():
+            # (a coverage attempt reads its snapshot afresh, so each leaves new tables: its
+            # leftovers are not frozen for them)
+            if _heap.imported or (not _heap.coverage and unfrozen_tables()):
                 _freeze_heap()
     pool = sys.modules.get("harness.worker.server_pool")
     if pool is not None:  # servers that cases shared and no case marked as done with
@@ -224,9 +227,11 @@ def main(argv: list[str] | None = None, *, parent_pid: int | None = None) -> int
 
 
 class _Heap:
-    """Whether an attempt imported modules since the worker last froze its heap."""
+    """Whether an attempt imported modules since the worker last froze its heap, and whether
+    the last attempt ran under coverage."""
 
     imported = False
+    coverage = False
 
 
 _heap = _Heap()
@@ -248,13 +253,13 @@ def _freeze_heap() -> None:
     collection take 160-230 ms. The freeze also keeps what that attempt left alive besides its
     imports (caches it filled) out of the collector's reach for good, so a cycle among those
     that dies later is never freed; the leftovers of an attempt that did neither (most
-    attempts) are not frozen, as what an attempt leaves alive may die later (a coverage
-    attempt, whose snapshot is read afresh, leaves new tables). It runs once the attempt is
-    answered and the next attempt's snapshot is taken, so that the snapshot's tables (the copy
-    of the grown ``sys.modules``, ~1,300 entries with torch, the watched modules' namespaces,
-    the loggers' states: several thousand references) are frozen too; walked by the full
-    collection after every attempt, they cost ~90 us of the ~200 it took after a trivial
-    one."""
+    attempts, and every coverage attempt that imported nothing: each reads its snapshot
+    afresh) are not frozen, as what an attempt leaves alive may die later. It runs once the
+    attempt is answered and the next attempt's snapshot is taken, so that the snapshot's
+    tables (the copy of the grown ``sys.modules``, ~1,300 entries with torch, the watched
+    modules' namespaces, the loggers' states: several thousand references) are frozen too;
+    walked by the full collection after every attempt, they cost ~90 us of the ~200 it took
+    after a trivial one."""
     gc.freeze()
     tables_frozen()
     _heap.imported = False

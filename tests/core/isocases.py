@@ -184,6 +184,17 @@ def cycles_leave():
     gc.collect()  # alive here, so now in the oldest generation: only a full collection frees them
     _LEFT[:] = [weakref.ref(n) for n in nodes]
 
+_KEPT = []
+
+def cycles_keep():
+    import weakref
+    nodes = [_Cycle() for _ in range(200)]
+    _KEPT[:] = nodes  # alive after this case: the worker must not freeze them for good
+    _LEFT[:] = [weakref.ref(n) for n in nodes]
+
+def cycles_drop():
+    _KEPT.clear()
+
 def cycles_observe():
     alive = sum(r() is not None for r in _LEFT)
     assert _LEFT and not alive, f"{alive} of {len(_LEFT)} cycles of the case before are still alive"

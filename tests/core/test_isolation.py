@@ -363,6 +363,32 @@ def test_the_snapshots_tables_are_frozen_with_the_heap(project: Path) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("coverage", [False, True], ids=["timed", "coverage"])
+def test_cycles_an_attempt_kept_alive_are_freed_once_a_later_one_drops_them(
+    project: Path, coverage: bool
+) -> None:
+    # What a plain attempt leaves alive is not frozen with the snapshot's tables: cycles it
+    # kept are freed by the collection after the attempt that drops them. A coverage attempt
+    # reads its snapshot afresh (new tables each time) and is not frozen for them either.
+    (project / "code" / "isomod.py").write_text(ISOMOD)
+    write_cases(
+        project,
+        "kept.toml",
+        '[[case]]\nid = "kept-0"\nkind = "loader"\ntarget = "isomod:env_observe"\n'
+        '[[case]]\nid = "kept-a"\nkind = "loader"\ntarget = "isomod:cycles_keep"\n'
+        '[[case]]\nid = "kept-b"\nkind = "loader"\ntarget = "isomod:cycles_drop"\n'
+        '[[case]]\nid = "kept-c"\nkind = "loader"\ntarget = "isomod:cycles_observe"\n',
+    )
+    extra = ("--coverage",) if coverage else ()
+    proc = harness_run(project, "--run-id", "kept", "-q", *extra)
+    doc = json.loads((project / "reports" / "kept" / "report.json").read_text())
+    cases = {c["id"]: c for c in doc["cases"]}
+    assert len({a["worker_pid"] for c in cases.values() for a in c["attempts"]}) == 1
+    assert cases["kept-c"]["status"] == "passed", cases["kept-c"]["attempts"][0]["error"]
+    assert proc.returncode == 0, proc.stderr
+
+
 MANAGER = """
 import sys
 from pathlib import Path
