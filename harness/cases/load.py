@@ -47,7 +47,7 @@ import math
 import re
 import tomllib
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -152,8 +152,9 @@ def _requires(ctx: Ctx, value: list[Any], key: str = "requires") -> tuple[str, .
     return names
 
 
-def parse_case(path: Path, raw: Any, where: str) -> Case:
-    """Validate one case table; ``where`` says which table of the file it is."""
+def parse_case(path: Path, raw: Any, where: str, line: int = 0) -> Case:
+    """Validate one case table; ``where`` says which table of the file it is, ``line`` the line
+    its table starts on (0: not known)."""
     if not isinstance(raw, dict):
         raise CaseFileError(path, f"{where}: expected a table, got {type(raw).__name__}")
     if isinstance(raw.get("id"), str):
@@ -260,6 +261,7 @@ def parse_case(path: Path, raw: Any, where: str) -> Case:
         requests=requests,
         ranks=ranks,
         replicated=replicated,
+        line=line,
     )
 
 
@@ -303,10 +305,10 @@ def load_file(path: Path) -> list[Case]:
     except (OSError, UnicodeDecodeError) as exc:
         raise CaseFileError(path, f"cannot read: {exc}") from exc
     lines = case_lines(text)
-    return [replace(c, line=lines.get(c.id, 0)) for c in _parse_tables(path, data)]
+    return _parse_tables(path, data, lines)
 
 
-def _parse_tables(path: Path, data: dict[str, Any]) -> list[Case]:
+def _parse_tables(path: Path, data: dict[str, Any], lines: dict[str, int]) -> list[Case]:
     if "case" in data:
         extra = sorted(set(data) - {"case"})
         if extra:
@@ -318,10 +320,18 @@ def _parse_tables(path: Path, data: dict[str, Any]) -> list[Case]:
             raise CaseFileError(path, "key 'case': expected an array of tables [[case]]")
         if not tables:
             raise CaseFileError(path, "no case in file: key 'case' is an empty array")
-        return [parse_case(path, t, f"[[case]] #{i + 1}") for i, t in enumerate(tables)]
+        return [
+            parse_case(path, t, f"[[case]] #{i + 1}", _line_of(t, lines))
+            for i, t in enumerate(tables)
+        ]
     if not data:
         raise CaseFileError(path, "no case in file: expected top-level case keys or [[case]]")
-    return [parse_case(path, data, "top level")]
+    return [parse_case(path, data, "top level", _line_of(data, lines))]
+
+
+def _line_of(raw: Any, lines: dict[str, int]) -> int:
+    case_id = raw.get("id") if isinstance(raw, dict) else None
+    return lines.get(case_id, 0) if isinstance(case_id, str) else 0
 
 
 def discover(paths: Iterable[Path]) -> list[Path]:

@@ -16,6 +16,8 @@ from harness.report.markdown import md_code, md_text, row
 def ranks_attempt(case: CaseResult) -> Attempt | None:
     """The attempt whose ranks the summary shows: the last final one with a record (else the
     last attempt with one, say a warm-up's, when no final has it)."""
+    if all(a.ranks is None for a in case.attempts):  # most cases: no finals to sort out
+        return None
     with_record = [a for a in finals(case.attempts) if a.ranks is not None]
     if not with_record:
         with_record = [a for a in case.attempts if a.ranks is not None]
