@@ -7,6 +7,7 @@ import math
 import os
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -145,7 +146,7 @@ def main(args: argparse.Namespace) -> int:
     from harness.cli.refs import bless_hints
     from harness.cli.sharding import shard_plan
     from harness.cli.suite import load, platforms
-    from harness.execution.run import Runner, RunOptions
+    from harness.execution.run import Runner, RunOptions, prestart
     from harness.model import exit_code
     from harness.model.layers import case_layers
     from harness.platforms.profile import resolve_profile
@@ -158,10 +159,19 @@ def main(args: argparse.Namespace) -> int:
     check_split_args(args, shard_spec is not None, "--shard I/N")
     references = args.references if args.references is not None else Path("references")
     profile = resolve_profile(args.runner, Path("runners"))
+    on = platforms(args, profile.platform)
+    code_roots = args.code_roots or (["targets/tinyav"] if Path("targets/tinyav").is_dir() else [])
+    where = RunOptions(
+        profile=profile,
+        code_roots=tuple(str(Path(r).resolve()) for r in code_roots),
+        cwd=str(Path.cwd()),
+    )
+    # The first worker's zygote imports torch while the cases load and the plan is made.
+    prestart(where, on[0])
     suite = load(args.paths)
     for err in suite.errors:
         print(f"error: {err}", file=sys.stderr)
-    items = build_plan(suite.cases, platforms(args, profile.platform), args.keyword)
+    items = build_plan(suite.cases, on, args.keyword)
     if args.shuffle is not None:
         items = shuffle_plan(items, args.shuffle)
     shard = None
@@ -179,22 +189,19 @@ def main(args: argparse.Namespace) -> int:
     selection = None
     if args.changed_since is not None:
         items, selection = _select(items, args.changed_since, args.coverage_from)
-    code_roots = args.code_roots or (["targets/tinyav"] if Path("targets/tinyav").is_dir() else [])
     if not args.simulate and any(i.platform == profile.platform for i in items):
         _check_promised_devices(profile, code_roots)
     display = ProgressDisplay(len(items), live=False if args.quiet else None)
     runner = Runner(
-        RunOptions(
-            profile=profile,
+        replace(
+            where,
             out_root=args.out,
             run_id=args.run_id,
-            code_roots=tuple(str(Path(r).resolve()) for r in code_roots),
             references_root=str(references.resolve()) if references.is_dir() else None,
             repeats=args.repeats,
             retries=args.retries,
             budget_s=args.budget,
             argv=tuple(sys.argv),
-            cwd=str(Path.cwd()),
             progress=None if args.quiet else display.line,
             item_progress=None if args.quiet else display.item,
             fail_fast=args.fail_fast,

@@ -23,7 +23,7 @@ from typing import IO
 
 from harness import platforms
 from harness.errors import WorkerError
-from harness.execution.spawn import import_env, start_worker
+from harness.execution.spawn import import_env, prestart_zygote, start_worker
 from harness.platforms.devices import pin_env
 from harness.worker import protocol as p
 
@@ -112,6 +112,41 @@ class WorkerSpec:
         return pin_env(plat, self.devices, os.environ)
 
 
+def worker_env(spec: WorkerSpec) -> dict[str, str]:
+    """The environment a worker of ``spec`` starts with (its reply key's pipe aside)."""
+    env = import_env(spec.code_roots, os.environ)
+    env["HARNESS_PLATFORM"] = spec.platform
+    env["HARNESS_MANAGER_PID"] = str(os.getpid())
+    env.update(spec.pin_env())
+    env.update(dict(spec.extra_env))
+    return env
+
+
+def worker_modules(spec: WorkerSpec) -> tuple[str, ...]:
+    """What a worker of ``spec`` imports before it says it is ready: a persistent one also
+    imports the attempt runner (the checks, the metrics), a one-off cost of the worker's
+    start, never of its first case; a fresh-process one nothing."""
+    return () if spec.fresh else (*spec.preimport, *WORKER_MODULES)
+
+
+def prestart(spec: WorkerSpec, log: Path) -> bool:
+    """Start the zygote a worker of ``spec`` will be forked from, without waiting for it
+    (:func:`harness.execution.spawn.prestart_zygote`; ``log``: its output, removed once it
+    says ready having said nothing). Never raises: it only saves time."""
+    if spec.fresh:
+        return False
+    try:
+        return prestart_zygote(
+            python=spec.python,
+            env=worker_env(spec),
+            code_roots=spec.code_roots,
+            preimport=worker_modules(spec),
+            log=log,
+        )
+    except (OSError, ValueError):
+        return False
+
+
 class WorkerHandle:
     """One live worker process and the pipes to it."""
 
@@ -122,15 +157,9 @@ class WorkerHandle:
         self.log_path = log_dir / f"{stem}.log"
         self.dump_path = log_dir / f"{stem}.stacks"
         self.dump_path.touch()
-        env = import_env(spec.code_roots, os.environ)
-        env["HARNESS_PLATFORM"] = spec.platform
-        env["HARNESS_MANAGER_PID"] = str(os.getpid())
-        env.update(spec.pin_env())
-        env.update(dict(spec.extra_env))
+        env = worker_env(spec)
         args = ["--stackdump", str(self.dump_path)]
-        # A persistent worker also imports the attempt runner (the checks, the metrics) before
-        # it says it is ready: a one-off cost of the worker's start, never of its first case.
-        preimport = () if spec.fresh else (*spec.preimport, *WORKER_MODULES)
+        preimport = worker_modules(spec)
         for mod in preimport:
             args += ["--preimport", mod]
         self._log: IO[bytes] = open(self.log_path, "ab")  # noqa: SIM115 - closed in close()

@@ -10,6 +10,8 @@ caller's (:mod:`harness.report.io`).
 from __future__ import annotations
 
 import datetime as dt
+import os
+import tempfile
 import traceback
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -25,6 +27,7 @@ from harness.execution.executor import Executor
 from harness.execution.inflight import Ahead
 from harness.execution.journal import JournalWriter
 from harness.execution.pool import WorkerPool
+from harness.execution.pool import prestart as prestart_worker
 from harness.execution.retry import Budget, with_retries
 from harness.execution.schedule import Linear, Unit
 from harness.execution.workers import SideSpec
@@ -115,6 +118,34 @@ def run_import_roots(options: RunOptions) -> tuple[str, ...]:
     return (*options.code_roots, *([cwd] if cwd not in options.code_roots else []))
 
 
+def _executor(
+    options: RunOptions, side: Side, run_dir: Path, say: Callable[[str], None] | None = None
+) -> Executor:
+    return Executor(
+        run_dir=run_dir,
+        profile=options.profile,
+        # A run's code is its working folder's: import roots first, then the folder itself
+        # (a comparison's sides get their checkouts' roots only: code provenance).
+        sides={side: SideSpec(side, run_import_roots(options), cwd=options.cwd)},
+        references_root=options.references_root,
+        preimport=options.preimport,
+        say=say,
+        explain=options.explain,
+    )
+
+
+def prestart(options: RunOptions, platform: str, *, side: Side = "head") -> bool:
+    """Start the zygote that the first worker of a run with ``options`` on ``platform`` will be
+    forked from (:func:`harness.execution.pool.prestart`), before the run exists: ``harness
+    run`` loads and plans its cases while it imports torch. Its output goes to a file in the
+    temporary folder, removed once it says ready having said nothing. False: none started
+    (forking off, shared zygotes, ...); the first worker then starts one as before."""
+    executor = _executor(options, side, Path(tempfile.gettempdir()))  # starts no worker
+    spec = executor.resolver.worker(side, platform)
+    log = Path(tempfile.gettempdir()) / f"harness-zygote-{os.getpid()}-prestart.log"
+    return prestart_worker(spec, log)
+
+
 class Runner:
     """Runs plan items for one side; one instance per run."""
 
@@ -137,17 +168,7 @@ class Runner:
                 f"({exc.strerror or exc}); pick a folder this user can write"
             ) from None
         self.started_at = _now()
-        self.executor = Executor(
-            run_dir=self.run_dir,
-            profile=options.profile,
-            # A run's code is its working folder's: import roots first, then the folder itself
-            # (a comparison's sides get their checkouts' roots only: code provenance).
-            sides={side: SideSpec(side, run_import_roots(options), cwd=options.cwd)},
-            references_root=options.references_root,
-            preimport=options.preimport,
-            say=self._say,
-            explain=options.explain,
-        )
+        self.executor = _executor(options, side, self.run_dir, say=self._say)
         budget = options.budget_s if options.budget_s is not None else options.profile.time_budget_s
         self.budget = Budget(budget)
         self.journal = JournalWriter(self.run_dir / "attempts.jsonl")

@@ -10,9 +10,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from harness.execution import zygote
 from harness.execution.zygote import ForkedProcess, fork_worker
 
-__all__ = ["import_env", "start_worker", "worker_argv"]
+__all__ = ["import_env", "prestart_zygote", "start_worker", "worker_argv"]
 
 
 def import_env(code_roots: Sequence[str], environ: Mapping[str, str]) -> dict[str, str]:
@@ -98,4 +99,24 @@ def start_worker(
         cwd=cwd,
         pass_fds=(key_fd,),
         start_new_session=True,  # its own process group: killable as a whole, no Ctrl-C
+    )
+
+
+def prestart_zygote(
+    *,
+    python: str,
+    env: Mapping[str, str],
+    code_roots: Sequence[str],
+    preimport: Sequence[str],
+    log: Path,
+) -> bool:
+    """Start, without waiting for it, the zygote that :func:`start_worker` with these arguments
+    (not fresh) will fork its worker from (:func:`harness.execution.zygote.prestart`)."""
+    return zygote.prestart(
+        python=python,
+        boot=_boot("zygote", "main(sys.argv[1:])"),
+        env=env,
+        code_roots=code_roots,
+        modules=preimport,
+        log=log,
     )

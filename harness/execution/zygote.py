@@ -32,7 +32,7 @@ from harness.execution.zygote_link import ForkedProcess, Zygote
 from harness.execution.zygote_service import SHARED_ENV, connect_shared
 from harness.model.provenance import CHECKOUT_ENV
 
-__all__ = ["ForkedProcess", "close_all", "enabled", "fork_worker", "renew"]
+__all__ = ["ForkedProcess", "close_all", "enabled", "fork_worker", "prestart", "renew"]
 
 # Variables that differ between workers of one zygote and that nothing reads at import time:
 # the worker is given them in its environment after the fork. (The side's checkout differs
@@ -61,6 +61,8 @@ _shared: dict[tuple[object, ...], Zygote] = {}
 _broken: set[tuple[object, ...]] = set()
 _lock = threading.Lock()
 _private_only = False  # set by renew(): from then on, no shared zygote in this process
+# Private zygotes started by prestart() that have not said ready yet, and their logs.
+_starting: dict[tuple[object, ...], Path] = {}
 
 
 def _umask() -> int:
@@ -87,10 +89,14 @@ def _inherited() -> tuple[object, ...]:
     return umask, limits, affinity, os.getpriority(os.PRIO_PROCESS, 0)
 
 
+def _key(python: str, boot: str, env: dict[str, str], modules: Sequence[str]) -> tuple[object, ...]:
+    return (python, boot, tuple(modules), tuple(sorted(env.items())), _inherited())
+
+
 def _zygote(
     python: str, boot: str, env: dict[str, str], modules: Sequence[str], log: Path, timeout: float
 ) -> tuple[Zygote | None, str]:
-    key = (python, boot, tuple(modules), tuple(sorted(env.items())), _inherited())
+    key = _key(python, boot, env, modules)
     shared_dir = env.get(SHARED_ENV, "").strip()
     with _lock:
         if key in _broken:
@@ -108,24 +114,102 @@ def _zygote(
         z = _zygotes.get(key)
         if z is not None and z.alive():
             _zygotes.move_to_end(key)
+            started = _starting.pop(key, None)
+            if started is not None and not _ready(z, key, started, timeout):
+                del _zygotes[key]
+                return None, f"the zygote did not start (log: {started})"
             return z, ""
         if z is not None:
             z.close()
             del _zygotes[key]
+            _starting.pop(key, None)
         z = Zygote.start(python, boot, env, modules, log)
-        if not z.wait_ready(timeout):
-            z.close()
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(z.pid, signal.SIGKILL)
-            _broken.add(key)  # not again in this process: plain spawns from here on
+        if not _ready(z, key, log, timeout):
             return None, f"the zygote did not start (log: {log})"
-        with contextlib.suppress(OSError):
-            if log.stat().st_size == 0:  # a start that said nothing
-                log.unlink()
-        _zygotes[key] = z
-        while len(_zygotes) > MAX_ZYGOTES:
-            _zygotes.popitem(last=False)[1].close()
+        _keep(key, z)
         return z, ""
+
+
+def _ready(z: Zygote, key: tuple[object, ...], log: Path, timeout: float) -> bool:
+    """Wait for ``z`` to say ready; one that does not is killed, and ``key`` never tried again
+    in this process (plain spawns from then on)."""
+    if not z.wait_ready(timeout):
+        z.close()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(z.pid, signal.SIGKILL)
+        _broken.add(key)
+        return False
+    with contextlib.suppress(OSError):
+        if log.stat().st_size == 0:  # a start that said nothing
+            log.unlink()
+    return True
+
+
+def _keep(key: tuple[object, ...], z: Zygote) -> None:
+    _zygotes[key] = z
+    while len(_zygotes) > MAX_ZYGOTES:
+        old, gone = _zygotes.popitem(last=False)
+        if old in _starting:
+            _kill_starting(old, gone)
+        else:
+            gone.close()
+
+
+def _kill_starting(key: tuple[object, ...], z: Zygote) -> None:
+    """Let go of a zygote that prestart() started and nothing used: it forked nothing, and is
+    killed rather than waited for (it would finish importing torch first)."""
+    log = _starting.pop(key, None)
+    z.close()
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(z.pid, signal.SIGKILL)
+    if z.proc is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            z.proc.wait(timeout=5)
+    with contextlib.suppress(OSError):
+        if log is not None and log.stat().st_size == 0:  # it said nothing
+            log.unlink()
+
+
+def _key_env(env: Mapping[str, str], code_roots: Sequence[str]) -> dict[str, str] | None:
+    """The zygote's environment for a worker with ``env``: without what differs between its
+    workers, its import path without the code roots in front (None: ``PYTHONPATH`` does not
+    start with them, and the worker is spawned plainly)."""
+    base = {k: v for k, v in env.items() if k not in PER_WORKER_ENV}
+    pythonpath = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if pythonpath[: len(code_roots)] != list(code_roots):
+        return None
+    rest = pythonpath[len(code_roots) :]
+    if rest:
+        base["PYTHONPATH"] = os.pathsep.join(rest)
+    return base
+
+
+def prestart(
+    *,
+    python: str,
+    boot: str,
+    env: Mapping[str, str],
+    code_roots: Sequence[str],
+    modules: Sequence[str],
+    log: Path,
+) -> bool:
+    """Start the private zygote that :func:`fork_worker` with these arguments would start, and
+    do not wait for it: the caller does other work (loading its cases) while it imports torch,
+    and the first :func:`fork_worker` that needs it waits for it then. Nothing is started when
+    forking is off, where zygotes are shared (started on first use, and usually up already),
+    or when that zygote is started already; False then."""
+    if not enabled(env) or env.get(SHARED_ENV, "").strip():
+        return False
+    base = _key_env(env, code_roots)
+    if base is None:
+        return False
+    key = _key(python, boot, base, modules)
+    with _lock:
+        if key in _broken or key in _zygotes:
+            return False
+        _keep(key, Zygote.start(python, boot, base, modules, log))
+        _starting[key] = log
+    return True
 
 
 def fork_worker(
@@ -147,14 +231,9 @@ def fork_worker(
     (the caller spawns it plainly)."""
     if not enabled(env):
         return None, f"{ENV_SWITCH} is off"
-    base = {k: v for k, v in env.items() if k not in PER_WORKER_ENV}
-    pythonpath = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    # the zygote's import path is the worker's without the code roots in front
-    if pythonpath[: len(code_roots)] != list(code_roots):
+    base = _key_env(env, code_roots)
+    if base is None:
         return None, "PYTHONPATH does not start with the code roots"
-    rest = pythonpath[len(code_roots) :]
-    if rest:
-        base["PYTHONPATH"] = os.pathsep.join(rest)
     t0 = time.monotonic()
     try:
         log = log_dir / f"zygote-{os.getpid()}-{len(_zygotes) + len(_broken)}.log"
@@ -214,6 +293,8 @@ def close_all() -> None:
 
 def _close(zygotes: dict[tuple[object, ...], Zygote]) -> None:
     with _lock:
+        for key in [k for k in zygotes if k in _starting]:
+            _kill_starting(key, zygotes.pop(key))
         for z in zygotes.values():
             z.close()
         for z in zygotes.values():
