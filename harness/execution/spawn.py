@@ -41,6 +41,12 @@ def _boot(module: str, call: str) -> str:
     return boot + f"from harness.worker.{module} import main\nsys.exit({call})\n"
 
 
+def _zygote_boot() -> str:
+    """The zygote's ``-c`` code: one boot for :func:`start_worker` and :func:`prestart_zygote`,
+    as it is part of what names a zygote (a zygote started early is used only if it matches)."""
+    return _boot("zygote", "main(sys.argv[1:])")
+
+
 def worker_argv(python: str) -> list[str]:
     """How ``python`` starts the worker so that the code under test comes only from the import
     path it is given (code provenance, DESIGN.md): ``-P`` keeps the working folder (the working
@@ -72,7 +78,7 @@ def start_worker(
     if not fresh:
         forked, why = fork_worker(
             python=python,
-            boot=_boot("zygote", "main(sys.argv[1:])"),
+            boot=_zygote_boot(),
             argv=args,
             env=env,
             code_roots=code_roots,
@@ -114,7 +120,7 @@ def prestart_zygote(
     (not fresh) will fork its worker from (:func:`harness.execution.zygote.prestart`)."""
     return zygote.prestart(
         python=python,
-        boot=_boot("zygote", "main(sys.argv[1:])"),
+        boot=_zygote_boot(),
         env=env,
         code_roots=code_roots,
         modules=preimport,
