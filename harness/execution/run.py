@@ -140,8 +140,11 @@ def prestart(options: RunOptions, platform: str, *, side: Side = "head") -> bool
     run`` loads and plans its cases while it imports torch. Its output goes to a file in the
     temporary folder, removed once it says ready having said nothing. False: none started
     (forking off, shared zygotes, ...); the first worker then starts one as before."""
-    executor = _executor(options, side, Path(tempfile.gettempdir()))  # starts no worker
-    spec = executor.resolver.worker(side, platform)
+    try:
+        executor = _executor(options, side, Path(tempfile.gettempdir()))  # starts no worker
+        spec = executor.resolver.worker(side, platform)
+    except Exception:  # only saves time: whatever is wrong here, the run itself says later
+        return False
     log = Path(tempfile.gettempdir()) / f"harness-zygote-{os.getpid()}-prestart.log"
     return prestart_worker(spec, log)
 

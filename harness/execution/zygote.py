@@ -134,15 +134,19 @@ def _ready(z: Zygote, key: tuple[object, ...], log: Path, timeout: float) -> boo
     """Wait for ``z`` to say ready; one that does not is killed, and ``key`` never tried again
     in this process (plain spawns from then on)."""
     if not z.wait_ready(timeout):
-        z.close()
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(z.pid, signal.SIGKILL)
+        _kill(z)
         _broken.add(key)
         return False
     with contextlib.suppress(OSError):
         if log.stat().st_size == 0:  # a start that said nothing
             log.unlink()
     return True
+
+
+def _kill(z: Zygote) -> None:
+    z.close()
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(z.pid, signal.SIGKILL)
 
 
 def _keep(key: tuple[object, ...], z: Zygote) -> None:
@@ -159,9 +163,7 @@ def _kill_starting(key: tuple[object, ...], z: Zygote) -> None:
     """Let go of a zygote that prestart() started and nothing used: it forked nothing, and is
     killed rather than waited for (it would finish importing torch first)."""
     log = _starting.pop(key, None)
-    z.close()
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(z.pid, signal.SIGKILL)
+    _kill(z)
     if z.proc is not None:
         with contextlib.suppress(subprocess.TimeoutExpired):
             z.proc.wait(timeout=5)
