@@ -91,6 +91,14 @@ def quality(c: dict[str, Any], metric: str, output: str = "video") -> dict[str, 
     return next(q for q in c["quality"] if q["metric"] == metric and q["output"] == output)
 
 
+def db(value: float | str) -> float:
+    """A PSNR as comparison.json writes it: "inf" for bit-identical outputs. Whether base
+    matches the committed references bit for bit depends on the runner's CPU: torch picks its
+    kernels by the instruction set (AVX2 or AVX-512), and t2va-int8's base read 85-89 dB
+    against them on one 2-core runner and "inf" on another (2026-12-04)."""
+    return float(value)
+
+
 K = ["-k", "t2va-int8 and not pruned"]
 # One worker per side where latency is not the subject (or, in (a), a 10x change no process
 # bias could hide): a fresh pair per round (the default, which the A/A calibration and the
@@ -122,7 +130,7 @@ def test_b_denoiser_arithmetic_is_a_quality_regression_diverging_at_the_denoiser
     assert c["failures"]["verdict"] == "no_change"  # every absolute threshold still passes
     psnr = quality(c, "psnr")
     assert psnr["verdict"] == "regression", psnr
-    assert psnr["base_vs_ref"] > 80 and psnr["head_vs_ref"] < psnr["base_vs_ref"] - 1
+    assert db(psnr["base_vs_ref"]) > 80 and db(psnr["head_vs_ref"]) < db(psnr["base_vs_ref"]) - 1
     assert psnr["margin"] == 1.0 and psnr["margin_source"] == "default"
     assert psnr["identical"] is False and 30 < psnr["head_vs_base"] < 80
     assert c["verdict"] == "regression"
@@ -438,6 +446,6 @@ def assert_adaln_swap_regresses_against_base(doc: dict[str, Any], folder: Path) 
     assert c["failures"]["verdict"] == "no_change"
     psnr = quality(c, "psnr")
     assert psnr["verdict"] == "regression"
-    assert psnr["base_vs_ref"] > 85 and 55 < psnr["head_vs_ref"] < 70
+    assert db(psnr["base_vs_ref"]) > 85 and 55 < db(psnr["head_vs_ref"]) < 70
     assert c["verdict"] == "regression"
     assert c["divergence"]["kind"] == "stage" and c["divergence"]["first"] == "denoise.step00"

@@ -66,7 +66,10 @@ def test_committed_cases_pass_and_a_changed_shift_fails_the_quality_checks(
         assert ok["status"] == "passed", ok["reason"]
         checks = {c["name"]: c for c in ok["checks"]}
         assert checks["identical_outputs"]["passed"] is True
-        assert checks["psnr(video)"]["value"] == "inf"  # bit-identical to the reference
+        # bit-identical to the reference ("inf") on a runner whose CPU gives torch the kernels
+        # of the one that blessed it; 83 dB on an AVX-512 runner (2026-12-04); the shifted
+        # copy below fails its threshold
+        assert float(checks["psnr(video)"]["value"]) > 60
         assert bad["status"] == "failed", bad["reason"]
         failed = {c["name"] for c in bad["checks"] if c["passed"] is False}
         assert {"ssim(video)", "psnr(video)", "mae(video)"} <= failed, failed
