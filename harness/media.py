@@ -15,7 +15,9 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,6 +38,7 @@ __all__ = [
     "decode_audio",
     "decode_video",
     "ffmpeg_version",
+    "mp4_video_options",
     "muxed_packets",
     "read_png",
     "read_wav",
@@ -362,8 +365,37 @@ def muxed_packets(path: str | os.PathLike[str]) -> tuple[int, ...] | None:
 
 
 #: libx264 settings of :func:`write_mp4`: one thread, fixed preset and CRF, no B-frames, so the
-#: same frames give the same bytes on every run.
+#: same frames give the same bytes on every run (with :func:`mp4_video_options`' one addition).
 MP4_VIDEO_OPTIONS = {"crf": "20", "preset": "veryfast", "threads": "1", "bframes": "0"}
+
+
+def mp4_video_options(cpuinfo: str = "/proc/cpuinfo") -> dict[str, str]:
+    """:data:`MP4_VIDEO_OPTIONS` for this machine: on a CPU with AVX-512, libx264's assembly
+    held to AVX2 (``x264-params asm=avx2``; every AVX-512 CPU has AVX2).
+
+    libx264's AVX-512 code gave different bytes for the same frames from one process to the
+    next: on an AMD EPYC runner (2026-12-04), six fresh processes that had imported torch wrote
+    six different MP4s of one clip (the decoded frames up to 35 levels apart), and the same
+    six with AVX2 wrote one. Elsewhere (no ``avx512f`` in ``cpuinfo``'s flags, or no
+    ``cpuinfo``) the options are :data:`MP4_VIDEO_OPTIONS` unchanged.
+    """
+    options = dict(MP4_VIDEO_OPTIONS)
+    if "avx512f" in _cpu_flags(cpuinfo):
+        options["x264-params"] = "asm=avx2"
+    return options
+
+
+@functools.cache
+def _cpu_flags(cpuinfo: str) -> frozenset[str]:
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            text = f.read(1 << 16)
+    except OSError:
+        return frozenset()
+    m = re.search(r"^flags\s*:(.*)$", text, re.M)
+    return frozenset(m.group(1).split()) if m else frozenset()
+
+
 _AAC_FRAME = 1024
 
 
@@ -415,7 +447,7 @@ def write_mp4(
 
     try:
         with _ffmpeg_errors(), av.open(str(tmp), "w", format="mp4") as container:
-            vs: Any = container.add_stream("libx264", rate=fps, options=dict(MP4_VIDEO_OPTIONS))
+            vs: Any = container.add_stream("libx264", rate=fps, options=mp4_video_options())
             vs.width, vs.height = int(frames.shape[2]), int(frames.shape[1])
             vs.pix_fmt = "yuv420p"
             vs.codec_context.thread_count = 1

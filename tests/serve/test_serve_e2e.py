@@ -4,12 +4,12 @@ read back, and SIGTERM ending every process.
 
 Tolerance of TP 2 against TP 1 (tests/serve/test_serve_tp.py measured the raw outputs: latents
 within 3e-6, raw frames within one level, PSNR 92 dB): the decoded MP4 frames must reach a
-PSNR of 40 dB with at most 1 % of the values more than 16 levels apart, and the denoised
-latents' perf-log fingerprints (min, max, mean) must agree within 1e-4. Never bit-exactness:
-the all_reduce sums in another order. Measured: no value more than 16 apart on the 2-core
-runners of 2026-12-01 to 03; on an AVX-512 one (2026-12-04), one frame of eight differing by up
-to 27-35 levels in 51-60 of its 24,576 values (0.2 %), PSNR 43.6-44.1 dB, and the same between
-two TP 1 servers (the latents identical, the MP4 one of two encodings from run to run).
+PSNR of 40 dB with no pixel more than 16 levels apart, and the denoised latents' perf-log
+fingerprints (min, max, mean) must agree within 1e-4. Never bit-exactness: the all_reduce
+sums in another order. On an AVX-512 runner (2026-12-04) the MP4s differed by up to 35 levels,
+as two TP 1 servers' did, until harness.media.mp4_video_options held libx264 to AVX2: its
+AVX-512 code wrote other bytes for the same frames in each process
+(tests/metrics/test_mp4_determinism.py); since, TP 1 and TP 2 decode to the same frames there.
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def test_tp2_every_rank_logs_the_request(tp2: Served) -> None:
 def test_tp2_matches_tp1_within_the_measured_tolerance(tp1: Served, tp2: Served) -> None:
     a, b = _frames(tp1.answer), _frames(tp2.answer)
     assert a.shape == b.shape == (8, 32, 32, 3)
-    assert int((np.abs(a.astype(int) - b) > 16).sum()) <= a.size // 100
+    assert int(np.abs(a.astype(int) - b).max()) <= 16
     assert _psnr(a, b) >= 40.0
     (one,) = tp1.perf
     for line in tp2.perf:

@@ -1,7 +1,8 @@
 """Media I/O with PyAV: deterministic MP4 export, WAV writing, reference decoding.
 
 Determinism matters more than quality here: libx264 runs single-threaded with a fixed preset
-and CRF, so the same frames give the same bytes on every run. A file only ever appears under
+and CRF (and AVX2 at most: ``harness.media.mp4_video_options``), so the same frames give the
+same bytes on every run. A file only ever appears under
 its final name complete (written to a temporary sibling, then ``os.replace``d), so a crash
 or an encoder error never leaves a truncated MP4 (missing ``moov``) behind under that name.
 """
@@ -17,9 +18,12 @@ from pathlib import Path
 import av
 import numpy as np
 
+from harness.media import mp4_video_options
 from tinyav.errors import ExportError
 
-VIDEO_OPTIONS = {"crf": "20", "preset": "veryfast", "threads": "1", "bframes": "0"}
+# The harness's MP4 settings: one thread, fixed preset and CRF, no B-frames, and libx264's
+# assembly held to AVX2 on an AVX-512 CPU, whose code gave other bytes in every process.
+VIDEO_OPTIONS = mp4_video_options()
 AAC_FRAME = 1024
 
 
