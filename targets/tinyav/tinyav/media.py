@@ -2,9 +2,9 @@
 
 Determinism matters more than quality here: libx264 runs single-threaded with a fixed preset
 and CRF (and AVX2 at most: ``harness.media.mp4_video_options``), so the same frames give the
-same bytes on every run. A file only ever appears under
-its final name complete (written to a temporary sibling, then ``os.replace``d), so a crash
-or an encoder error never leaves a truncated MP4 (missing ``moov``) behind under that name.
+same bytes on every run. A file only ever appears under its final name complete (written to a
+temporary sibling, then ``os.replace``d), so a crash or an encoder error never leaves a
+truncated MP4 (missing ``moov``) behind under that name.
 """
 
 from __future__ import annotations
