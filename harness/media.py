@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ import av
 import av.logging
 import numpy as np
 
+from harness.cpuinfo import flags as cpu_flags
 from harness.errors import MediaError
 
 __all__ = [
@@ -380,20 +380,14 @@ def mp4_video_options(cpuinfo: str = "/proc/cpuinfo") -> dict[str, str]:
     ``cpuinfo``) the options are :data:`MP4_VIDEO_OPTIONS` unchanged.
     """
     options = dict(MP4_VIDEO_OPTIONS)
-    if "avx512f" in _cpu_flags(cpuinfo):
+    if _has_avx512(cpuinfo):
         options["x264-params"] = "asm=avx2"
     return options
 
 
 @functools.cache
-def _cpu_flags(cpuinfo: str) -> frozenset[str]:
-    try:
-        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
-            text = f.read(1 << 16)
-    except OSError:
-        return frozenset()
-    m = re.search(r"^flags\s*:(.*)$", text, re.M)
-    return frozenset(m.group(1).split()) if m else frozenset()
+def _has_avx512(cpuinfo: str) -> bool:
+    return "avx512f" in (cpu_flags(cpuinfo) or ())
 
 
 _AAC_FRAME = 1024

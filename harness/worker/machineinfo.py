@@ -18,6 +18,8 @@ import os
 import re
 from collections.abc import Mapping
 
+import harness.cpuinfo
+
 __all__ = ["KERNEL_FLAGS", "cpu_flags", "runner_image"]
 
 # Flags that numeric libraries dispatch on (x86: SSE4.2 up to AVX-512 and AMX; Arm: NEON/ASIMD,
@@ -37,15 +39,8 @@ _IMAGE_VARS: tuple[tuple[str, str], ...] = (
 def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> list[str] | None:
     """The kernel-selecting flags of the first CPU in ``cpuinfo``, sorted; None where the
     file does not exist or names none (not Linux)."""
-    try:
-        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
-            text = f.read(1 << 16)
-    except OSError:
-        return None
-    m = re.search(r"^(?:flags|Features)\s*:\s*(.*)$", text, re.M)
-    if m is None:
-        return None
-    return sorted({f for f in m.group(1).split() if KERNEL_FLAGS.fullmatch(f)})
+    found = harness.cpuinfo.flags(cpuinfo)
+    return None if found is None else sorted(f for f in found if KERNEL_FLAGS.fullmatch(f))
 
 
 def runner_image(environ: Mapping[str, str] | None = None) -> dict[str, str] | None:

@@ -24,6 +24,7 @@ import pytest
 from scratchrepo import BAD, CASE, HEADS, REPO, edit, git
 
 from harness.model import Comparison
+from harness.model.vocab import number_from_json
 from harness.report.schema import validate_comparison
 
 pytestmark = pytest.mark.slow
@@ -91,12 +92,12 @@ def quality(c: dict[str, Any], metric: str, output: str = "video") -> dict[str, 
     return next(q for q in c["quality"] if q["metric"] == metric and q["output"] == output)
 
 
-def db(value: float | str) -> float:
-    """A PSNR as comparison.json writes it: "inf" for bit-identical outputs. Whether base
-    matches the committed references bit for bit depends on the runner's CPU: torch picks its
-    kernels by the instruction set (AVX2 or AVX-512), and t2va-int8's base read 85-89 dB
-    against them on one 2-core runner and "inf" on another (2026-12-04)."""
-    return float(value)
+# A PSNR as comparison.json writes it ("inf" for bit-identical outputs) read back with
+# number_from_json. Whether base matches the committed references bit for bit depends on the
+# runner's CPU: torch picks its kernels by the instruction set (AVX2 or AVX-512), and
+# t2va-int8's base read 85-89 dB against them on one 2-core runner and "inf" on another
+# (2026-12-04).
+db = number_from_json
 
 
 K = ["-k", "t2va-int8 and not pruned"]

@@ -14,6 +14,8 @@ import pytest
 from conftest import REPO, by_id, harness, report
 from diffcases import suite_cases
 
+from harness.model.vocab import number_from_json
+
 pytest.importorskip("diffusers", reason="the diffusers extra is not installed")
 pytestmark = pytest.mark.slow
 
@@ -69,7 +71,7 @@ def test_committed_cases_pass_and_a_changed_shift_fails_the_quality_checks(
         # bit-identical to the reference ("inf") on a runner whose CPU gives torch the kernels
         # of the one that blessed it; 83 dB on an AVX-512 runner (2026-12-04); the shifted
         # copy below fails its threshold
-        assert float(checks["psnr(video)"]["value"]) > 60
+        assert number_from_json(checks["psnr(video)"]["value"]) > 60
         assert bad["status"] == "failed", bad["reason"]
         failed = {c["name"] for c in bad["checks"] if c["passed"] is False}
         assert {"ssim(video)", "psnr(video)", "mae(video)"} <= failed, failed

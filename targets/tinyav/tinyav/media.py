@@ -21,9 +21,6 @@ import numpy as np
 from harness.media import mp4_video_options
 from tinyav.errors import ExportError
 
-# The harness's MP4 settings: one thread, fixed preset and CRF, no B-frames, and libx264's
-# assembly held to AVX2 on an AVX-512 CPU, whose code gave other bytes in every process.
-VIDEO_OPTIONS = mp4_video_options()
 AAC_FRAME = 1024
 
 
@@ -64,7 +61,9 @@ def write_mp4(
     tmp = out.with_name(f".{out.stem}.partial-{os.getpid()}.mp4")
     try:
         with av.open(str(tmp), "w", format="mp4") as container:
-            vs = container.add_stream("libx264", rate=fps, options=dict(VIDEO_OPTIONS))
+            # the harness's settings: one thread, fixed preset and CRF, no B-frames, and
+            # libx264 held to AVX2 on an AVX-512 CPU, whose code gave other bytes each process
+            vs = container.add_stream("libx264", rate=fps, options=mp4_video_options())
             vs.width, vs.height = frames.shape[2], frames.shape[1]
             vs.pix_fmt = "yuv420p"
             vs.codec_context.thread_count = 1
