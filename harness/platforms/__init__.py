@@ -10,7 +10,9 @@ point names a :class:`Platform` *instance* (``myplat = "my_pkg.platform:PLATFORM
 loaded on first use; one that fails to load, is not a Platform, or reuses a built-in name is
 left out and reported with its name (:func:`third_party_errors`), never raised.
 
-Detection imports torch (or the vendor module) lazily: ``import harness.platforms`` stays light.
+Detection imports torch (or the vendor module) lazily: ``import harness.platforms`` stays light;
+on a torch built for no device runtime it reads the build (:func:`torch_build`) and does not
+import torch at all.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import importlib.metadata
 from dataclasses import dataclass
 
 from harness.platforms import cpu, cuda, hip, mps, npu, xpu
+from harness.platforms._runtime import TorchBuild, torch_build
 from harness.platforms.base import (
     CAPABILITIES,
     Detection,
@@ -38,6 +41,7 @@ __all__ = [
     "PlatformStatus",
     "StageMark",
     "StageReading",
+    "TorchBuild",
     "available",
     "check",
     "detect",
@@ -49,6 +53,7 @@ __all__ = [
     "statuses",
     "third_party",
     "third_party_errors",
+    "torch_build",
     "why_not",
 ]
 

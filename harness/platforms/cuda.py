@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from harness.platforms._runtime import device_properties, import_torch
+from harness.platforms._runtime import device_properties, import_torch, torch_build
 from harness.platforms.base import Detection, FP8Flavour, Identity, Platform, loaded_torch
 
 _SM = re.compile(r"sm_(\d+)")
@@ -59,13 +59,16 @@ class CUDA(Platform):
         return tuple(sorted(caps))
 
     def detect(self) -> Detection:
+        build = torch_build()
+        if build is None:
+            return Detection(False, "torch is not installed")
+        if build.hip:
+            return Detection(False, f"this torch is a ROCm/HIP build ({build.hip})")
+        if not build.cuda:
+            return Detection(False, f"this torch ({build.version}) is built without CUDA")
         torch = import_torch()
         if torch is None:
             return Detection(False, "torch is not installed")
-        if getattr(torch.version, "hip", None):
-            return Detection(False, f"this torch is a ROCm/HIP build ({torch.version.hip})")
-        if not torch.version.cuda:
-            return Detection(False, f"this torch ({torch.__version__}) is built without CUDA")
         if not torch.cuda.is_available():
             return Detection(False, "torch.cuda.is_available() is False")
         return Detection(True, torch.cuda.get_device_name(0))

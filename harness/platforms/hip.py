@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.platforms._runtime import device_properties, import_torch
+from harness.platforms._runtime import device_properties, import_torch, torch_build
 from harness.platforms.base import Detection, FP8Flavour, Identity, Platform, loaded_torch
 
 FNUZ_ARCHS = ("gfx940", "gfx941", "gfx942")
@@ -45,11 +45,14 @@ class HIP(Platform):
         return tuple(sorted(caps))
 
     def detect(self) -> Detection:
+        build = torch_build()
+        if build is None:
+            return Detection(False, "torch is not installed")
+        if not build.hip:
+            return Detection(False, "this torch is not a ROCm/HIP build")
         torch = import_torch()
         if torch is None:
             return Detection(False, "torch is not installed")
-        if not getattr(torch.version, "hip", None):
-            return Detection(False, "this torch is not a ROCm/HIP build")
         if not torch.cuda.is_available():
             return Detection(False, "torch.cuda.is_available() is False on this HIP build")
         return Detection(True, torch.cuda.get_device_name(0))

@@ -7,6 +7,7 @@ Stage timing uses ``torch.mps.Event(enable_timing=True)``. MPS has no peak-alloc
 from __future__ import annotations
 
 import platform as _pyplatform
+import sys
 from typing import Any
 
 from harness.platforms._runtime import import_torch
@@ -23,6 +24,8 @@ class MPS(Platform):
         return ("bf16", "device_events")
 
     def detect(self) -> Detection:
+        if sys.platform != "darwin":  # torch builds MPS for macOS only
+            return Detection(False, "MPS is Apple's (macOS only)")
         torch = import_torch()
         if torch is None:
             return Detection(False, "torch is not installed")

@@ -9,11 +9,13 @@ memory ``torch.npu.max_memory_allocated``.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import importlib.util
 import sys
 from typing import Any
 
-from harness.platforms._runtime import device_properties, import_torch
+from harness.platforms._runtime import device_properties, import_torch, torch_build
 from harness.platforms.base import Detection, Identity, Platform, loaded_torch
 
 
@@ -29,7 +31,13 @@ class NPU(Platform):
         return ("bf16", "device_events", "peak_memory")
 
     def _runtime(self) -> tuple[Any, Any] | str:
-        """(torch, torch_npu), or why not."""
+        """(torch, torch_npu), or why not (without importing torch where torch_npu, which
+        imports it, is not installed)."""
+        if torch_build() is None:
+            return "torch is not installed"
+        with contextlib.suppress(ImportError, ValueError):  # ValueError: a stand-in without spec
+            if "torch_npu" not in sys.modules and importlib.util.find_spec("torch_npu") is None:
+                return "torch_npu is not installed (no module named 'torch_npu')"
         torch = import_torch()
         if torch is None:
             return "torch is not installed"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.platforms._runtime import device_properties, import_torch
+from harness.platforms._runtime import device_properties, import_torch, torch_build
 from harness.platforms.base import Detection, Identity, Platform, loaded_torch
 
 
@@ -25,6 +25,11 @@ class XPU(Platform):
         return ("bf16", "device_events", "peak_memory")
 
     def detect(self) -> Detection:
+        build = torch_build()
+        if build is None:
+            return Detection(False, "torch is not installed")
+        if not build.xpu:
+            return Detection(False, f"this torch ({build.version}) is built without XPU")
         torch = import_torch()
         if torch is None:
             return Detection(False, "torch is not installed")

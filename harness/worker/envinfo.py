@@ -253,6 +253,14 @@ def _ffmpeg_version() -> str | None:
 
 
 def _torch_and_devices() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """torch's version and build, and the devices it sees. A build for no device runtime (a
+    CPU build) sees none: where this process has not imported torch (a runner profile's
+    ``preimport = []``), its build is read without importing it, which would cost a worker
+    of a stack that does not use torch about a second of CPU for the same record."""
+    if "torch" not in sys.modules:
+        build = platforms.torch_build()
+        if build is not None and not build.accelerated:
+            return {"version": build.version, "cuda": None, "hip": None, "reason": None}, []
     try:
         import torch
     except Exception as exc:  # not installed, or a broken build: still a valid env record
