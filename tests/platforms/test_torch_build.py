@@ -70,7 +70,8 @@ def test_on_a_cpu_build_the_probes_answer_without_importing_torch_and_as_torch_w
     assert isinstance(before, dict)
     assert before["torch"]["version"] == torch.__version__
     assert before["devices"] == [] and before["fingerprints"] == ["cpu"]
-    assert before["check"]["cuda"] == [False, f"this torch ({torch.__version__}) is built without CUDA"]
+    without_cuda = f"this torch ({torch.__version__}) is built without CUDA"
+    assert before["check"]["cuda"] == [False, without_cuda]
 
 
 BUILD = """
