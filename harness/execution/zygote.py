@@ -36,7 +36,9 @@ __all__ = ["ForkedProcess", "close_all", "enabled", "fork_worker", "prestart", "
 
 # Variables that differ between workers of one zygote and that nothing reads at import time:
 # the worker is given them in its environment after the fork. (The side's checkout differs
-# between a comparison's two sides, whose pair of a round shares one zygote.)
+# between a comparison's two sides, whose pair of a round shares one zygote; pytest-xdist's
+# worker name and run id differ between the workers of one `pytest harness/ -n N` session,
+# whose managers then share one zygote where zygotes are shared.)
 PER_WORKER_ENV = frozenset(
     {
         "PYTHONPATH",
@@ -44,6 +46,9 @@ PER_WORKER_ENV = frozenset(
         "HARNESS_PLATFORM",
         "HARNESS_MANAGER_PID",
         "PYTEST_CURRENT_TEST",
+        "PYTEST_XDIST_WORKER",
+        "PYTEST_XDIST_WORKER_COUNT",
+        "PYTEST_XDIST_TESTRUNUID",
         CHECKOUT_ENV,
     }
 )

@@ -206,6 +206,37 @@ def test_runs_share_a_zygote_that_kills_the_workers_of_a_run_that_died(tmp_path:
 
 
 @pytest.mark.slow
+def test_the_runs_of_two_xdist_workers_share_a_zygote_and_each_worker_has_its_own_name(
+    tmp_path: Path,
+) -> None:
+    """pytest-xdist names each of its workers in the environment (``PYTEST_XDIST_WORKER``):
+    `pytest harness/ -n 2` with shared zygotes imports torch once, not once per xdist worker,
+    and each harness worker still sees the name of the xdist worker that asked for it."""
+    root = _project(tmp_path)
+    folder = tmp_path / "zygotes"
+    dump = str(root / "facts.json")
+    try:
+        seen = {}
+        for name in ("gw0", "gw1"):
+            facts, log = _run(
+                root,
+                "1",
+                name,
+                folder,
+                ENVDUMP=dump,
+                PYTEST_XDIST_WORKER=name,
+                PYTEST_XDIST_TESTRUNUID=f"run-{name}",
+            )
+            seen[name] = (_forked_from(log), facts["environ"])
+        assert seen["gw0"][0] == seen["gw1"][0], "two zygotes for one environment"
+        for name, (_, environ) in seen.items():
+            assert environ["PYTEST_XDIST_WORKER"] == name
+            assert environ["PYTEST_XDIST_TESTRUNUID"] == f"run-{name}"
+    finally:
+        stop_shared(folder)
+
+
+@pytest.mark.slow
 def test_a_shared_zygote_that_cannot_accept_removes_its_socket_rather_than_spin(
     tmp_path: Path,
 ) -> None:
