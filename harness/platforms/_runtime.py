@@ -92,7 +92,7 @@ def _build_from_version_file() -> TorchBuild | None:
         break
     version = values.get("__version__")
     if not isinstance(version, str) or not {"cuda", "hip", "xpu"} <= values.keys():
-        return None  # a torch older than its ``xpu`` field (2.4): ask the imported one
+        return None  # an older build whose file has no ``xpu`` field: ask the imported torch
     toolkits = [values.get(k) for k in ("cuda", "hip", "xpu")]
     if not all(v is None or isinstance(v, str) for v in toolkits):
         return None

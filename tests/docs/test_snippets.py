@@ -256,7 +256,7 @@ def test_the_readme_commands_are_ci_s() -> None:
     """The README's two commands are the ones .ci/run runs."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
-    command = "python -m pytest -n 2 --dist loadgroup -q --durations=20"
+    command = "python -m pytest -n 3 --dist loadgroup -q --durations=20"
     assert command in readme and command in ci
     assert "harness run" in readme
 
