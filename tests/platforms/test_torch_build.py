@@ -6,16 +6,10 @@ Each check runs in a fresh interpreter, where nothing has imported torch yet."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
+from platcases import run_py
 
 PROBES = """
 import json, sys
@@ -41,29 +35,12 @@ print(json.dumps({"before": before, "after": after, "imported": imported_by_prob
 """
 
 
-def run(code: str, *, path: Path | None = None) -> dict[str, object]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([*([str(path)] if path else []), str(REPO)])
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return out
-
-
 def test_on_a_cpu_build_the_probes_answer_without_importing_torch_and_as_torch_would() -> None:
     import torch
 
     if torch.version.cuda or torch.version.hip or getattr(torch.version, "xpu", None):
         pytest.skip(f"this torch ({torch.__version__}) is built for a device runtime")
-    out = run(PROBES)
+    out = run_py(PROBES)
     assert out["imported"] is False
     assert out["before"] == out["after"]
     before = out["before"]
@@ -105,7 +82,7 @@ def test_a_cuda_build_is_read_from_its_version_file_and_counts_as_accelerated(
         "from typing import Optional\n__version__ = '2.13.0+cu128'\ndebug = False\n"
         "cuda: Optional[str] = '12.8'\nhip: Optional[str] = None\nxpu: Optional[str] = None\n",
     )
-    out = run(BUILD, path=path)
+    out = run_py(BUILD, paths=(path,))
     assert out == {
         "build": ["2.13.0+cu128", "12.8", None, None],
         "accelerated": True,
@@ -125,7 +102,7 @@ def test_a_cuda_build_is_read_from_its_version_file_and_counts_as_accelerated(
 def test_a_version_file_it_cannot_trust_makes_it_ask_the_imported_torch(
     tmp_path: Path, version_py: str | None
 ) -> None:
-    out = run(BUILD, path=fake_torch(tmp_path, version_py))
+    out = run_py(BUILD, paths=(fake_torch(tmp_path, version_py),))
     assert out == {
         "build": ["9.9.9+imported", "99.9", None, None],
         "accelerated": True,
