@@ -11,25 +11,35 @@ from pathlib import Path
 
 import pytest
 
+from harness.platforms import torch_build
 from harness.platforms.profile import ProfileError, load_profile
 
 TARGET = """
+import os
 import sys
 from harness import probe
 
 def loaded():
     probe.note("torch_loaded", "torch" in sys.modules)
+    probe.note("pid", os.getpid())
 """
 
+# Two cases: the run asks the worker for its environment after the first, so the second also
+# shows what the harness's own probes imported into the worker.
 CASE = """
 [[case]]
 id = "what-is-loaded"
 kind = "loader"
 target = "pre:loaded"
+
+[[case]]
+id = "what-is-loaded-next"
+kind = "loader"
+target = "pre:loaded"
 """
 
 
-def run(tmp_path: Path, runner: str) -> dict[str, object]:
+def run(tmp_path: Path, runner: str) -> list[dict[str, object]]:
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "pre.py").write_text(TARGET)
     (tmp_path / "cases").mkdir()
@@ -47,8 +57,7 @@ def run(tmp_path: Path, runner: str) -> dict[str, object]:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads((tmp_path / "reports" / "r" / "report.json").read_text())
-    notes: dict[str, object] = doc["cases"][0]["attempts"][0]["notes"]
-    return notes
+    return [c["attempts"][0]["notes"] for c in doc["cases"]]
 
 
 @pytest.mark.slow
@@ -57,9 +66,16 @@ def test_the_worker_imports_what_the_profile_names_before_the_first_case(
     tmp_path: Path, line: str, torch: bool
 ) -> None:
     """The harness's own worker imports numpy whatever the profile says; torch only if asked
-    (by default) or by the code under test."""
-    notes = run(tmp_path, f'name = "r"\nplatform = "cpu"\n{line}\n')
-    assert notes["torch_loaded"] is torch
+    (by default) or by the code under test: not for the harness's probes of the platform and
+    the environment either, on a torch built for no device runtime (before, the second case
+    found torch imported by them)."""
+    first, second = run(tmp_path, f'name = "r"\nplatform = "cpu"\n{line}\n')
+    assert first["pid"] == second["pid"]  # one worker
+    assert first["torch_loaded"] is torch
+    build = torch_build()
+    if not torch and build is not None and build.accelerated:
+        return  # a CUDA, ROCm or XPU build: the environment probe imports torch for the devices
+    assert second["torch_loaded"] is torch
 
 
 @pytest.mark.parametrize("value", ['"torch"', '["torch", 3]', '["not a module"]', '["a..b"]'])
