@@ -129,12 +129,25 @@ class Executor:
             )
             ok = isinstance(reply, p.PlatformReply) and reply.available
             detail = getattr(reply, "detail", getattr(reply, "message", ""))
+            if getattr(reply, "replace_worker", False):
+                self._replace(spec, handle, "the platform probe imported torch")
             return ok, detail, getattr(reply, "identity", None)
         except (WorkerError, WorkerTimeout, WorkerCrashed, ProtocolViolation) as exc:
             return False, f"platform probe failed: {exc}", None
 
-    def _probe_side(self, side: Side, handle: WorkerHandle) -> None:
-        """Environment (once per side); the device pins each time a worker group is added."""
+    def _replace(self, spec: WorkerSpec, handle: WorkerHandle, why: str) -> None:
+        """A probe imported torch into a worker whose runner profile leaves it out: the next
+        case gets a new worker, never one that a probe changed."""
+        self.pool.discard(spec, graceful=True)
+        self.say(
+            f"worker {handle.pid} replaced before the next case: {why}, which the runner "
+            "profile's preimport leaves out"
+        )
+
+    def _probe_side(self, side: Side, handle: WorkerHandle) -> bool:
+        """Environment (once per side); the device pins each time a worker group is added.
+        True: the environment probe imported torch into the worker (see :meth:`_replace`)."""
+        replace_worker = False
         if side not in self.env:
             s = self.sides[side]
             root = s.code_roots[0] if s.code_roots else s.cwd
@@ -143,6 +156,7 @@ class Executor:
                 reply = handle.request(p.EnvRequest(handle.next_nonce(), root), timeout=120)
                 if isinstance(reply, p.EnvReply):
                     env = dict(reply.env)
+                    replace_worker = reply.replace_worker
                 else:
                     env = {"error": getattr(reply, "message", repr(reply))}
                 env["worker_threads"] = self.profile.threads
@@ -157,6 +171,7 @@ class Executor:
                 if "error" not in env:
                     env["device_assignment"] = dict(self.devices.record(name))
             self._pinned = groups
+        return replace_worker
 
     @property
     def infra_errors(self) -> list[str]:
@@ -346,7 +361,7 @@ class Executor:
             ), None
         duration = time.perf_counter() - t0
         if isinstance(reply, p.AttemptReply):
-            self._probe_side(side, handle)
+            probed_torch = self._probe_side(side, handle)
             if case.server is not None and case.server.name is not None and not server_last:
                 # it keeps the shared server for later cases: at its exit it stops it
                 handle.servers_stop_s = max(handle.servers_stop_s, case.server.stop_timeout_s + 5)
@@ -357,6 +372,8 @@ class Executor:
                 self.pool.discard(spec, graceful=True)
                 what = reply.attempt.get("notes", {}).get("harness.isolation", "")
                 self.say(f"{item.name}: worker {handle.pid} replaced before the next case: {what}")
+            elif probed_torch:
+                self._replace(spec, handle, "the environment probe imported torch")
             elif ahead is not None and reply.attempt.get("status") == "passed":
                 self.pipeline.send(ahead, prep, handle, live=self.pool.live(spec) is handle)
             return self._localize(Attempt.from_json(reply.attempt)), reply.coverage

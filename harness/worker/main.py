@@ -131,17 +131,31 @@ def _handle(msg: p.Request) -> p.Reply:
             replace_worker=guard.replace_worker,
             coverage=covered,
         )
+    # A probe asks torch only where it must (a CUDA, ROCm or XPU build, for its devices); where
+    # that imports torch into a worker whose profile leaves it out, the next case must not find
+    # it there: the reply says to replace the worker.
+    had_torch = "torch" in sys.modules
     if isinstance(msg, p.PlatformRequest):
         from harness.platforms import check, resolve_identity
 
         available, detail = check(msg.platform)
         identity = resolve_identity(msg.platform, msg.arch).to_json()
-        return p.PlatformReply(msg.nonce, pid, available, detail, identity=identity)
+        return p.PlatformReply(
+            msg.nonce,
+            pid,
+            available,
+            detail,
+            identity=identity,
+            replace_worker=not had_torch and "torch" in sys.modules,
+        )
     if isinstance(msg, p.EnvRequest):
         from harness.worker.envinfo import collect_env
 
         root = Path(msg.code_root) if msg.code_root else None
-        return p.EnvReply(msg.nonce, pid, collect_env(root))
+        env = collect_env(root)
+        return p.EnvReply(
+            msg.nonce, pid, env, replace_worker=not had_torch and "torch" in sys.modules
+        )
     raise p.ProtocolError(f"unexpected request {msg!r}")
 
 

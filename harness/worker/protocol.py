@@ -187,6 +187,9 @@ class EnvReply:
     nonce: str
     pid: int
     env: Mapping[str, Any]
+    # The probe imported torch, which the worker had not (its profile's preimport leaves torch
+    # out, and a device runtime's build was asked for its devices): start a new worker after it.
+    replace_worker: bool = False
     op: str = "env"
 
 
@@ -198,6 +201,7 @@ class PlatformReply:
     detail: str
     op: str = "platform"
     identity: Mapping[str, Any] | None = None  # harness.platforms.resolve_identity(...) JSON
+    replace_worker: bool = False  # as EnvReply's
 
 
 @dataclass(frozen=True)

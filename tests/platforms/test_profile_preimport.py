@@ -40,7 +40,7 @@ target = "pre:loaded"
 
 
 def run(tmp_path: Path, runner: str) -> list[dict[str, object]]:
-    (tmp_path / "code").mkdir()
+    (tmp_path / "code").mkdir(exist_ok=True)
     (tmp_path / "code" / "pre.py").write_text(TARGET)
     (tmp_path / "cases").mkdir()
     (tmp_path / "cases" / "pre.toml").write_text(CASE)
@@ -84,3 +84,29 @@ def test_a_bad_preimport_names_the_file_and_the_key(tmp_path: Path, value: str) 
     path.write_text(f'name = "r"\npreimport = {value}\n')
     with pytest.raises(ProfileError, match=r"r\.toml: key 'preimport'.*list of module names"):
         load_profile(path)
+
+
+# A stand-in for a CUDA build of torch (not torch), on the worker's import path before the real
+# one: its version file says CUDA, so the environment probe must import it to ask for devices.
+FAKE_CUDA_TORCH = {
+    "__init__.py": (
+        "import types\n__version__ = '2.13.0+cu128'\n"
+        "version = types.SimpleNamespace(cuda='12.8', hip=None, xpu=None)\n"
+        "cuda = types.SimpleNamespace(is_available=lambda: False, device_count=lambda: 0)\n"
+    ),
+    "version.py": "__version__ = '2.13.0+cu128'\ncuda = '12.8'\nhip = None\nxpu = None\n",
+}
+
+
+@pytest.mark.slow
+def test_a_probe_that_imports_torch_into_a_torch_free_worker_replaces_it(tmp_path: Path) -> None:
+    """On a CUDA build, the environment probe imports torch (for the devices) into a worker
+    whose profile leaves it out: the next case runs in a new worker, which has not."""
+    (tmp_path / "code" / "torch").mkdir(parents=True)
+    for name, text in FAKE_CUDA_TORCH.items():
+        (tmp_path / "code" / "torch" / name).write_text(text)
+    first, second = run(tmp_path, 'name = "r"\nplatform = "cpu"\npreimport = []\n')
+    assert first["torch_loaded"] is second["torch_loaded"] is False
+    assert first["pid"] != second["pid"]
+    doc = json.loads((tmp_path / "reports" / "r" / "report.json").read_text())
+    assert doc["env"]["torch"]["version"] == "2.13.0+cu128"  # the probe did import it
