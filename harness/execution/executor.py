@@ -47,6 +47,12 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat()
 
 
+TORCH_FROM_A_PROBE = (
+    "the %s probe imported torch (to ask a device runtime's build for its devices), which the "
+    "runner profile's preimport leaves out"
+)
+
+
 class Executor:
     """Runs attempts for (side, plan item); one instance per run or comparison."""
 
@@ -130,18 +136,18 @@ class Executor:
             ok = isinstance(reply, p.PlatformReply) and reply.available
             detail = getattr(reply, "detail", getattr(reply, "message", ""))
             if getattr(reply, "replace_worker", False):
-                self._replace(spec, handle, "the platform probe imported torch")
+                self._replace(spec, handle, TORCH_FROM_A_PROBE % "platform")
             return ok, detail, getattr(reply, "identity", None)
         except (WorkerError, WorkerTimeout, WorkerCrashed, ProtocolViolation) as exc:
             return False, f"platform probe failed: {exc}", None
 
-    def _replace(self, spec: WorkerSpec, handle: WorkerHandle, why: str) -> None:
-        """A probe imported torch into a worker whose runner profile leaves it out: the next
-        case gets a new worker, never one that a probe changed."""
+    def _replace(self, spec: WorkerSpec, handle: WorkerHandle, why: str, case: str = "") -> None:
+        """The worker was changed in a way that cannot be undone (by ``case``, or by a probe
+        that imported torch, which its runner profile leaves out): the next case gets a new
+        one."""
         self.pool.discard(spec, graceful=True)
         self.say(
-            f"worker {handle.pid} replaced before the next case: {why}, which the runner "
-            "profile's preimport leaves out"
+            f"{case + ': ' if case else ''}worker {handle.pid} replaced before the next case: {why}"
         )
 
     def _probe_side(self, side: Side, handle: WorkerHandle) -> bool:
@@ -367,13 +373,11 @@ class Executor:
                 handle.servers_stop_s = max(handle.servers_stop_s, case.server.stop_timeout_s + 5)
             if fresh:
                 handle.close()
-            elif reply.replace_worker:
-                # The case changed its worker in a way that cannot be undone (it fails for it).
-                self.pool.discard(spec, graceful=True)
+            elif reply.replace_worker:  # the case changed its worker (it fails for it)
                 what = reply.attempt.get("notes", {}).get("harness.isolation", "")
-                self.say(f"{item.name}: worker {handle.pid} replaced before the next case: {what}")
+                self._replace(spec, handle, what, item.name)
             elif probed_torch:
-                self._replace(spec, handle, "the environment probe imported torch")
+                self._replace(spec, handle, TORCH_FROM_A_PROBE % "environment")
             elif ahead is not None and reply.attempt.get("status") == "passed":
                 self.pipeline.send(ahead, prep, handle, live=self.pool.live(spec) is handle)
             return self._localize(Attempt.from_json(reply.attempt)), reply.coverage

@@ -210,6 +210,22 @@ def write_fake_torch(root: Path) -> Path:
     return root
 
 
+def write_torch_build(root: Path, version_py: str | None, *, version: str, cuda: str) -> Path:
+    """A bare ``torch`` stand-in (not torch) for reading a build: imported, it says ``version``
+    and a CUDA build ``cuda`` with no device available; ``version_py``, when given, is its
+    ``torch/version.py``. A folder to put first on the import path."""
+    pkg = root / "torch"
+    pkg.mkdir(parents=True, exist_ok=True)
+    (pkg / "__init__.py").write_text(
+        f"import types\n__version__ = {version!r}\n"
+        f"version = types.SimpleNamespace(cuda={cuda!r}, hip=None, xpu=None)\n"
+        "cuda = types.SimpleNamespace(is_available=lambda: False, device_count=lambda: 0)\n"
+    )
+    if version_py is not None:
+        (pkg / "version.py").write_text(version_py)
+    return root
+
+
 def write_fake_torch_npu(root: Path) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     (root / "torch_npu.py").write_text(FAKE_TORCH_NPU)

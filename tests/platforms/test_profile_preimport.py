@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from platcases import write_torch_build
 
 from harness.platforms import torch_build
 from harness.platforms.profile import ProfileError, load_profile
@@ -88,23 +89,14 @@ def test_a_bad_preimport_names_the_file_and_the_key(tmp_path: Path, value: str) 
 
 # A stand-in for a CUDA build of torch (not torch), on the worker's import path before the real
 # one: its version file says CUDA, so the environment probe must import it to ask for devices.
-FAKE_CUDA_TORCH = {
-    "__init__.py": (
-        "import types\n__version__ = '2.13.0+cu128'\n"
-        "version = types.SimpleNamespace(cuda='12.8', hip=None, xpu=None)\n"
-        "cuda = types.SimpleNamespace(is_available=lambda: False, device_count=lambda: 0)\n"
-    ),
-    "version.py": "__version__ = '2.13.0+cu128'\ncuda = '12.8'\nhip = None\nxpu = None\n",
-}
+CUDA_VERSION_PY = "__version__ = '2.13.0+cu128'\ncuda = '12.8'\nhip = None\nxpu = None\n"
 
 
 @pytest.mark.slow
 def test_a_probe_that_imports_torch_into_a_torch_free_worker_replaces_it(tmp_path: Path) -> None:
     """On a CUDA build, the environment probe imports torch (for the devices) into a worker
     whose profile leaves it out: the next case runs in a new worker, which has not."""
-    (tmp_path / "code" / "torch").mkdir(parents=True)
-    for name, text in FAKE_CUDA_TORCH.items():
-        (tmp_path / "code" / "torch" / name).write_text(text)
+    write_torch_build(tmp_path / "code", CUDA_VERSION_PY, version="2.13.0+cu128", cuda="12.8")
     first, second = run(tmp_path, 'name = "r"\nplatform = "cpu"\npreimport = []\n')
     assert first["torch_loaded"] is second["torch_loaded"] is False
     assert first["pid"] != second["pid"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from platcases import run_py
+from platcases import run_py, write_torch_build
 
 PROBES = """
 import json, sys
@@ -62,16 +62,8 @@ print(json.dumps({"build": None if b is None else [b.version, b.cuda, b.hip, b.x
 
 
 def fake_torch(root: Path, version_py: str | None) -> Path:
-    """A torch stand-in whose import is visible: its module has its own ``version``."""
-    pkg = root / "torch"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text(
-        "import types\n__version__ = '9.9.9+imported'\n"
-        "version = types.SimpleNamespace(cuda='99.9', hip=None, xpu=None)\n"
-    )
-    if version_py is not None:
-        (pkg / "version.py").write_text(version_py)
-    return root
+    """A torch stand-in whose import is visible: imported, it says another version."""
+    return write_torch_build(root, version_py, version="9.9.9+imported", cuda="99.9")
 
 
 def test_a_cuda_build_is_read_from_its_version_file_and_counts_as_accelerated(
