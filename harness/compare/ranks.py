@@ -6,6 +6,10 @@ Why a 90 % two-sided interval: each side of it is a 95 % one-sided bound, the sa
 as the one-sided test at ``alpha = 0.05``. With both built on the same null distribution of U,
 the lower bound of the shift is above zero exactly when ``p_regression <= alpha`` (without
 ties), so the interval and the test never tell different stories.
+
+``scipy.stats`` is imported where it is used (ties, large samples, Fisher's test), not at the
+top: its import costs ~0.5 s of CPU, and most comparisons of a few rounds without ties never
+reach it (every ``harness compare`` paid it before, ~20 s of the test suite's CPU).
 """
 
 from __future__ import annotations
@@ -18,7 +22,6 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
-import scipy.stats
 
 Alternative = Literal["greater", "less"]
 FloatArray = npt.NDArray[np.float64]
@@ -146,6 +149,8 @@ def _critical_k(m: int, n: int, confidence: float) -> int:
     # Large samples: the normal approximation of U with continuity correction.
     mean = m * n / 2.0
     sd = math.sqrt(m * n * (m + n + 1) / 12.0)
+    import scipy.stats
+
     z = float(scipy.stats.norm.ppf(one_side))
     return max(0, math.floor(mean + z * sd + 0.5))
 
@@ -237,6 +242,8 @@ def _p_greater_tied(x: FloatArray, y: FloatArray) -> float:
     # included) into m and n is equally likely under the null; p is the share of splits whose
     # U is at least the observed one. Midranks are multiples of 1/2, so the sums are exact.
     m = x.size
+    import scipy.stats
+
     ranks = scipy.stats.rankdata(np.concatenate([x, y]))
     observed = float(ranks[:m].sum())
     sums = ranks[_splits(m, y.size)].sum(axis=1)
@@ -256,6 +263,8 @@ def _p_greater(x: FloatArray, y: FloatArray) -> float:
     if tied and math.comb(m + n, m) <= EXACT_TIES_LIMIT:
         return _p_greater_tied(x, y)
     # Many samples: the (tie-corrected) normal approximation is accurate there.
+    import scipy.stats
+
     return float(scipy.stats.mannwhitneyu(x, y, alternative="greater", method="asymptotic").pvalue)
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 import re
+import subprocess
+import sys
 from itertools import combinations
 
 import numpy as np
@@ -56,6 +58,31 @@ pairs = st.one_of(
 
 def _scipy_p(x: list[float], y: list[float], alternative: str) -> float:
     return float(scipy.stats.mannwhitneyu(x, y, alternative=alternative, method="exact").pvalue)
+
+
+def test_the_mad_constant_is_the_normal_quartile() -> None:
+    """stats.py writes scipy.stats.norm.ppf(0.75) out rather than import scipy.stats for it."""
+    from harness.compare import stats
+
+    assert stats._Q3 == float(scipy.stats.norm.ppf(0.75))
+
+
+def test_a_comparison_of_a_few_rounds_without_ties_never_imports_scipy_stats() -> None:
+    """The decision rule's exact path needs no scipy.stats (its import costs ~0.5 s of CPU in
+    every `harness compare`); a tie or a large sample imports it where it is used."""
+    code = (
+        "import sys\n"
+        "from harness.compare.stats import decide_latency, mann_whitney_one_sided\n"
+        "import harness.compare.latency, harness.compare.failures, harness.compare.noise\n"
+        "decide_latency([1.0, 1.1, 1.2], [1.3, 1.4, 1.5])\n"
+        "assert 'scipy.stats' not in sys.modules, 'imported for the exact path'\n"
+        "mann_whitney_one_sided([1.0, 1.0, 1.2], [1.3, 1.0, 1.5])\n"
+        "assert 'scipy.stats' in sys.modules, 'ties: rankdata'\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
 
 
 # --- exact null distribution of U ----------------------------------------------------------------

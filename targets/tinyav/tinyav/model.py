@@ -258,12 +258,20 @@ def init_dit(cfg: DiTConfig, seed: int) -> TinyDiT:
 
     Built on the meta device, then given empty memory: every parameter is drawn below, so the
     layers' own initialisation (Kaiming-uniform from the global RNG, ~5 % of a pipeline case's
-    work) would be thrown away. TinyDiT has no buffers."""
+    work) would be thrown away. TinyDiT has no buffers and no tied parameters. The memory is
+    assigned rather than made by ``Module.to_empty``, whose ``empty_like`` of a meta tensor
+    goes through torch's reference implementations and imports sympy (0.45-1.1 s of CPU, the
+    first time in a process)."""
     with torch.device("meta"):
         model = TinyDiT(cfg)
-    model = model.to_empty(device="cpu")
-    if next(model.buffers(), None) is not None:
-        raise RuntimeError("init_dit draws parameters only, and TinyDiT now has a buffer")
+    shapes = model.state_dict()
+    if len(shapes) != len(list(model.parameters())):
+        raise RuntimeError("init_dit draws parameters only, and TinyDiT now has a buffer or ties")
+    model.load_state_dict(
+        {name: torch.empty(t.shape, dtype=t.dtype) for name, t in shapes.items()},
+        strict=True,
+        assign=True,
+    )
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, param in model.named_parameters():
