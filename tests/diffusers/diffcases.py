@@ -3,6 +3,7 @@ scratch checkout holding a copy of the scenario package (to commit a planted bug
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -13,6 +14,20 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 CODE_ROOT = REPO / "targets" / "diffusers_scenarios"
+
+
+def weights_digest(pipe: Any) -> str:
+    """sha256 of every weight of a pipeline's modules, by component and key (torch is imported
+    here, not at the top: this module is also imported where torch need not be)."""
+    import torch
+
+    h = hashlib.sha256()
+    for part, module in sorted(pipe.components.items()):
+        if isinstance(module, torch.nn.Module):
+            for key, t in sorted(module.state_dict().items()):
+                h.update(f"{part}.{key}".encode())
+                h.update(t.contiguous().numpy().tobytes())
+    return h.hexdigest()
 
 
 def harness_run(out: Path, *args: str, repo: Path = REPO) -> dict[str, Any]:
