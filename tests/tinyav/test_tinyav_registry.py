@@ -132,3 +132,20 @@ def test_config_conflicts() -> None:
     )
     assert "float8_e4m3fn" in (quant.Fp8Config().conflict({"format": "int8_tensorwise"}) or "")
     assert cfg == quant.ConvRotInt8Config(256) != quant.ConvRotInt8Config(128)
+
+
+def test_building_a_model_imports_no_sympy() -> None:
+    """init_dit gives its meta-device model memory without Module.to_empty, whose empty_like
+    imported sympy through torch's reference implementations (0.45-1.1 s of CPU in every worker
+    that built a model); the weights are what the pinned references were made from."""
+    proc = _fresh(
+        """
+        import sys
+        from tinyav.model import DiTConfig, init_dit
+        model = init_dit(DiTConfig(), 3)
+        assert next(model.parameters()).device.type == "cpu"
+        assert not any(p.requires_grad for p in model.parameters())
+        assert "sympy" not in sys.modules, "init_dit imported sympy"
+        """
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
