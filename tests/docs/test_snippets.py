@@ -97,7 +97,7 @@ def check_parse(block: Block, cl: CommandLine) -> None:
             source = script.read_text(encoding="utf-8")
             bad = [f for f in flags(argv[2:]) if f not in source]
             assert not bad, f"{at}: {argv[1]} has no option {bad}"
-        elif argv[0] == "pip" or argv[:3] == ["python", "-m", "pip"]:
+        elif argv[0] == "pip" or argv[:3] == ["python", "-m", "pip"] or argv[:2] == ["uv", "pip"]:
             check_pip(at, argv)
         elif argv[:3] in (["python3", "-m", "venv"], ["python", "-m", "venv"]):
             pass
