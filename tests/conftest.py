@@ -83,12 +83,13 @@ def tree_digest(root: Path) -> str:
 
 @dataclass(frozen=True)
 class BundledRun:
-    """`harness run` of the whole bundled suite (cases/, the README's main job) in this
-    checkout: its exit code, stderr, run folder, and the reference store's digest before and
-    after (a run never writes references)."""
+    """The whole bundled suite (cases/) run in this checkout as CI jobs run it, through
+    `pytest harness/` (docs/reports-and-ci.md): its exit code, its output (stdout and stderr),
+    run folder, and the reference store's digest before and after (a run never writes
+    references)."""
 
     returncode: int
-    stderr: str
+    output: str
     dir: Path
     references_before: str
     references_after: str
@@ -97,11 +98,19 @@ class BundledRun:
 @pytest.fixture(scope="session")
 def bundled_suite(tmp_path_factory: pytest.TempPathFactory) -> BundledRun:
     """The whole suite, run once per session (per xdist worker: its users are in the
-    ``bundled-suite`` xdist group: ``pytest.mark.xdist_group("bundled-suite")``)."""
+    ``bundled-suite`` xdist group: ``pytest.mark.xdist_group("bundled-suite")``), through
+    `pytest harness/` as a CI job runs it (docs/reports-and-ci.md), in one process: with ``-n``
+    each xdist worker writes the part it ran as a run folder of its own (tests/shard). This run
+    is CI's main job, asserted on; .ci/run no longer runs the suite a second time. `harness run`
+    of the same cases goes through the same runner (tests/e2e/test_simulated_suite.py runs it
+    over the tinyav suite per platform, the scratch-copy test and tests/core on the CPU)."""
     out = tmp_path_factory.mktemp("bundled-suite")
     before = tree_digest(REPO / "references")
     proc = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "run", "--out", str(out), "--run-id", "suite", "-q"],
+        [
+            *(sys.executable, "-m", "pytest", "harness/", "-q", "-p", "no:cacheprovider"),
+            *("--harness-out", str(out)),
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -109,7 +118,11 @@ def bundled_suite(tmp_path_factory: pytest.TempPathFactory) -> BundledRun:
         check=False,
     )
     return BundledRun(
-        proc.returncode, proc.stderr, out / "suite", before, tree_digest(REPO / "references")
+        proc.returncode,
+        proc.stdout + proc.stderr,
+        out / "latest",
+        before,
+        tree_digest(REPO / "references"),
     )
 
 

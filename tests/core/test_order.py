@@ -130,12 +130,12 @@ def outcome(report: RunReport) -> dict[tuple[str, str], Any]:
 def test_bundled_suite_gives_the_same_results_in_any_order(
     tmp_path: Path, bundled_suite: Any
 ) -> None:
-    """Forward is the session's `harness run` of the whole suite (``bundled_suite``), reversed
-    is run here with the same profile. Reversed puts every case that ran before another after
-    it: state one case leaked into a later one shows in one of the two orders for every pair,
-    which no shuffle guarantees (a shuffled third order cost ~50 s of CI for no pair this
-    misses)."""
-    assert bundled_suite.returncode in (0, 1), bundled_suite.stderr[-3000:]
+    """Forward is the session's run of the whole suite (``bundled_suite``, through `pytest
+    harness/`), reversed is run here with the same profile. Reversed puts every case that ran
+    before another after it: state one case leaked into a later one shows in one of the two
+    orders for every pair, which no shuffle guarantees (a shuffled third order cost ~50 s of CI
+    for no pair this misses)."""
+    assert bundled_suite.returncode in (0, 1), bundled_suite.output[-3000:]
     forward_report = read_report(bundled_suite.dir / "report.json")
     suite = load_suite([REPO / "cases"])
     assert not suite.errors, suite.errors

@@ -39,7 +39,7 @@ def test_case_params_bind_to_the_scenarios() -> None:
 @pytest.mark.xdist_group("bundled-suite")
 def test_every_loader_case_passes(bundled_suite: Any) -> None:
     # this file's cases as the bundled suite's one run (tests/conftest.py) ran them
-    assert bundled_suite.returncode == 0, bundled_suite.stderr[-3000:]
+    assert bundled_suite.returncode == 0, bundled_suite.output[-3000:]
     cases = suite_cases(bundled_suite, CASE_FILE)
     assert set(cases) == {c.id for c in load_file(CASE_FILE)}
     assert all(c["status"] == "passed" for c in cases.values())

@@ -52,7 +52,7 @@ def store_digest() -> str:
 def test_committed_cases_pass_and_a_changed_shift_fails_the_quality_checks(
     tmp_path: Path, bundled_suite: Any
 ) -> None:
-    assert bundled_suite.returncode == 0, bundled_suite.stderr[-3000:]
+    assert bundled_suite.returncode == 0, bundled_suite.output[-3000:]
     assert bundled_suite.references_after == bundled_suite.references_before
     committed = suite_cases(bundled_suite, CASES)
     assert set(committed) == set(SHIFTED)

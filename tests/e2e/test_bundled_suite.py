@@ -1,11 +1,12 @@
-"""The README's main job, end to end: `harness run` on the bundled target and its case suite,
-gated by the committed references; and a regression committed into a scratch copy of the target
-is caught by those references."""
+"""CI's main job, end to end: the bundled target's case suite through `pytest harness/` (as a
+CI job runs it), gated by the committed references; and a regression committed into a
+scratch copy of the target is caught by those references through `harness run`."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -69,10 +70,10 @@ def assert_pipeline_fingerprints(case_id: str, attempt: dict[str, Any]) -> None:
 
 @pytest.mark.xdist_group("bundled-suite")
 def test_whole_suite_passes_on_cpu_and_never_writes_references(bundled_suite: Any) -> None:
-    # bundled_suite (tests/conftest.py): `harness run --out OUT --run-id suite -q` in this
-    # checkout, run once for this test and the diffusers case tests (tests/diffusers/)
+    # bundled_suite (tests/conftest.py): `pytest harness/ -q --harness-out OUT` in this
+    # checkout, run once for this test and the others of the bundled-suite group
     proc = bundled_suite
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.returncode == 0, proc.output[-4000:]
     assert proc.references_after == proc.references_before
     doc = json.loads((proc.dir / "report.json").read_text())
     cases = doc["cases"]
@@ -84,6 +85,10 @@ def test_whole_suite_passes_on_cpu_and_never_writes_references(bundled_suite: An
     for c in cases:
         skip_ok = without and c["status"] == "skipped" and "requires 'diffusers'" in c["reason"]
         assert c["status"] == "passed" or skip_ok, (c["id"], c["status"], c["reason"])
+    # one pytest item per case, its outcome the case's, and the run folder named at the end
+    passed = sum(c["status"] == "passed" for c in cases)
+    assert re.search(rf"^{passed} passed\b", proc.output.splitlines()[-1]), proc.output[-2000:]
+    assert f"harness report: {proc.dir.resolve() / 'report.json'}" in proc.output
     # tinyav's pipeline cases (cases/diffusers/ has its own tests, in tests/diffusers/)
     pipeline = [
         c for c in cases if c["kind"] == "pipeline" and Path(c["source"]).parent.name == "pipeline"
@@ -101,7 +106,8 @@ def test_whole_suite_passes_on_cpu_and_never_writes_references(bundled_suite: An
     # The CLIP check has no model here: reported as not run with its reason, never passed.
     clip = next(k for c in pipeline for k in c["checks"] if k["metric"] == "clip")
     assert clip["passed"] is None and "HARNESS_CLIP_MODEL" in clip["reason"]
-    assert "not run" in proc.stderr and "clip(video)" in proc.stderr
+    assert "HarnessCheckNotRunWarning" in proc.output
+    assert "check clip(video) not run: no CLIP model configured" in proc.output
     assert harness("refs", "verify").returncode == 0
 
 

@@ -21,7 +21,7 @@ from harness.report.detail import decode
 from harness.report.schema import validate_report
 
 # the toy cases share one run of their own (module fixture), so they stay on one xdist worker;
-# the bundled tinyav TP 2 case is read from the session's `harness run` of the whole suite
+# the bundled tinyav TP 2 case is read from the session's run of the whole suite
 pytestmark = [pytest.mark.slow]
 TOY = pytest.mark.xdist_group("multirank")
 

@@ -21,7 +21,7 @@ import pytest
 from harness.report.detail import decode
 from harness.report.schema import validate_report
 
-# the bundled case is read from the session's one `harness run` of the whole suite; the fault
+# the bundled case is read from the session's one run of the whole suite; the fault
 # cases share one run of their own (module fixture), so they stay on one xdist worker
 pytestmark = [pytest.mark.slow]
 FAULTS = pytest.mark.xdist_group("server-faults")
@@ -51,8 +51,8 @@ def harness(*args: str | Path, env: dict[str, str] | None = None) -> dict[str, A
 
 @pytest.mark.xdist_group("bundled-suite")
 def test_the_bundled_server_case_passes(bundled_suite: Any) -> None:
-    """In the session's `harness run` of the whole suite (tests/conftest.py), which runs
-    cases/server with the rest, as CI's main job does."""
+    """In the session's run of the whole suite (tests/conftest.py: CI's main job, `pytest
+    harness/`), which runs cases/server with the rest."""
     doc = json.loads((bundled_suite.dir / "report.json").read_text())
     validate_report(doc)
     (case,) = [c for c in doc["cases"] if c["kind"] == "server"]
