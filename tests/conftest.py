@@ -98,18 +98,19 @@ class BundledRun:
 @pytest.fixture(scope="session")
 def bundled_suite(tmp_path_factory: pytest.TempPathFactory) -> BundledRun:
     """The whole suite, run once per session (per xdist worker: its users are in the
-    ``bundled-suite`` xdist group: ``pytest.mark.xdist_group("bundled-suite")``), through
-    `pytest harness/` as a CI job runs it (docs/reports-and-ci.md), in one process: with ``-n``
-    each xdist worker writes the part it ran as a run folder of its own (tests/shard). This run
-    is CI's main job, asserted on; .ci/run no longer runs the suite a second time. `harness run`
-    of the same cases goes through the same runner (tests/e2e/test_simulated_suite.py runs it
-    over the tinyav suite per platform, the scratch-copy test and tests/core on the CPU)."""
+    ``bundled-suite`` xdist group: ``pytest.mark.xdist_group("bundled-suite")``), with the
+    command of a stack's CI job (docs/reports-and-ci.md), `pytest harness/ -n 2`: the run
+    folder is the controller's merge of the two workers' parts. This run is the main job of
+    this repository's CI, asserted on; .ci/run no longer runs the suite a second time.
+    `harness run` of the same cases goes through the same runner (tests/e2e/
+    test_simulated_suite.py runs it over the tinyav suite per platform; the scratch-copy test
+    and tests/core on the CPU)."""
     out = tmp_path_factory.mktemp("bundled-suite")
     before = tree_digest(REPO / "references")
     proc = subprocess.run(
         [
-            *(sys.executable, "-m", "pytest", "harness/", "-q", "-p", "no:cacheprovider"),
-            *("--harness-out", str(out)),
+            *(sys.executable, "-m", "pytest", "harness/", "-n", "2", "-q"),
+            *("-p", "no:cacheprovider", "--harness-out", str(out)),
         ],
         cwd=REPO,
         capture_output=True,

@@ -2,9 +2,10 @@
 
 Without xdist the session's own run is published. An xdist worker hands its run folder (and
 its case id -> line map) to the controller through ``workeroutput``; the controller publishes
-every worker's run: one summary each appended to ``GITHUB_STEP_SUMMARY``, and the annotations
-of all of them capped together. The commands are printed by the terminal summary, on stdout,
-where GitHub reads them.
+the run it merged them into (:mod:`harness.pytest_plugin.xdist_runs`), or, where there is none
+(``--harness-shard``, a merge that failed), every worker's run: one summary each appended to
+``GITHUB_STEP_SUMMARY``, and the annotations of all of them capped together. The commands are
+printed by the terminal summary, on stdout, where GitHub reads them.
 """
 
 from __future__ import annotations
@@ -27,20 +28,21 @@ GITHUB_LINES_KEY = pytest.StashKey[list[str]]()
 
 
 def publish_for_github(
-    config: pytest.Config, own: tuple[RunReport, Path, dict[str, int]] | None
+    config: pytest.Config,
+    own: tuple[RunReport, Path, dict[str, int]] | None,
+    merged: Path | None = None,
 ) -> None:
     """Append summary.md to ``GITHUB_STEP_SUMMARY`` and collect the annotation commands of
-    ``own`` (this session's run: report, folder, lines) and of the xdist workers' runs."""
+    ``own`` (this session's run: report, folder, lines) and of the xdist workers' runs, or of
+    ``merged``, the run folder the controller merged those into."""
     env = os.environ
     if not env.get("GITHUB_STEP_SUMMARY") and env.get("GITHUB_ACTIONS") != "true":
         return
     runs: list[tuple[RunReport, dict[str, int] | None]] = []
     if own is not None:
-        report, run_dir, lines = own
-        workeroutput = getattr(config, "workeroutput", None)
-        if workeroutput is not None:  # an xdist worker: the controller publishes
-            workeroutput["harness_run"] = (str(run_dir), lines)
-            return
+        if getattr(config, "workeroutput", None) is not None:
+            return  # an xdist worker, whose run went to the controller: the controller publishes
+        report, _, lines = own
         runs.append((report, lines))
     compare_state = config.stash.get(COMPARE_KEY, None)
     if not runs and not config.stash.get(WORKER_RUNS_KEY, []) and compare_state is None:
@@ -51,7 +53,15 @@ def publish_for_github(
     from harness.report.io import read_report
 
     out = config.stash.setdefault(GITHUB_LINES_KEY, [])
-    for run_dir_text, lines in config.stash.get(WORKER_RUNS_KEY, []):
+    workers = config.stash.get(WORKER_RUNS_KEY, [])
+    if merged is not None and workers:
+        try:
+            lines_of = {case: line for _, lines in workers for case, line in lines.items()}
+            runs.append((read_report(merged), lines_of))
+            workers = []
+        except ReportFormatError as exc:
+            out.append(f"warning: GitHub summary of the merged run: {exc}")
+    for run_dir_text, lines in workers:
         try:
             runs.append((read_report(Path(run_dir_text)), lines))
         except ReportFormatError as exc:

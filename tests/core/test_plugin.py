@@ -106,8 +106,15 @@ def test_keyword_exitfirst_and_junitxml(suite: pytest.Pytester) -> None:
 def test_xdist_keeps_cases_batched_per_worker(suite: pytest.Pytester) -> None:
     result = run_plugin(suite, "-n", "2")
     result.assert_outcomes(passed=3, failed=1, skipped=1, warnings=1)
-    docs = reports(suite)
+    every = reports(suite)
+    # the controller's merge of the workers' runs: every case, `latest`
+    (merged,) = [d for d in every if d.get("merged_from")]
+    assert len(merged["cases"]) == 5 and not merged.get("missing")
+    latest = json.loads((suite.path / "reports" / "latest" / "report.json").read_text())
+    assert latest["run_id"] == merged["run_id"]
+    docs = [d for d in every if not d.get("merged_from")]
     assert len(docs) in (1, 2)  # one harness run per xdist worker that got a batch
+    assert sorted(m["run_id"] for m in merged["merged_from"]) == sorted(d["run_id"] for d in docs)
     for kind in ("loader", "pipeline"):
         holders = [d for d in docs if any(c["kind"] == kind for c in d["cases"])]
         assert len(holders) == 1, f"batch {kind} split across xdist workers"

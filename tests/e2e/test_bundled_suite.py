@@ -1,5 +1,5 @@
-"""CI's main job, end to end: the bundled target's case suite through `pytest harness/` (as a
-CI job runs it), gated by the committed references; and a regression committed into a
+"""CI's main job, end to end: the bundled target's case suite through `pytest harness/ -n 2`
+(as a CI job runs it), gated by the committed references; and a regression committed into a
 scratch copy of the target is caught by those references through `harness run`."""
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def assert_pipeline_fingerprints(case_id: str, attempt: dict[str, Any]) -> None:
 
 @pytest.mark.xdist_group("bundled-suite")
 def test_whole_suite_passes_on_cpu_and_never_writes_references(bundled_suite: Any) -> None:
-    # bundled_suite (tests/conftest.py): `pytest harness/ -q --harness-out OUT` in this
+    # bundled_suite (tests/conftest.py): `pytest harness/ -n 2 -q --harness-out OUT` in this
     # checkout, run once for this test and the others of the bundled-suite group
     proc = bundled_suite
     assert proc.returncode == 0, proc.output[-4000:]
@@ -89,6 +89,8 @@ def test_whole_suite_passes_on_cpu_and_never_writes_references(bundled_suite: An
     passed = sum(c["status"] == "passed" for c in cases)
     assert re.search(rf"^{passed} passed\b", proc.output.splitlines()[-1]), proc.output[-2000:]
     assert f"harness report: {proc.dir.resolve() / 'report.json'}" in proc.output
+    # the two xdist workers' parts, merged: every case, none missing
+    assert 1 <= len(doc["merged_from"]) <= 2 and not doc.get("missing")
     # tinyav's pipeline cases (cases/diffusers/ has its own tests, in tests/diffusers/)
     pipeline = [
         c for c in cases if c["kind"] == "pipeline" and Path(c["source"]).parent.name == "pipeline"

@@ -193,3 +193,47 @@ def test_a_shard_the_split_left_empty_says_so(project: Path) -> None:
     )
     report = read_report(project / "reports/shard-20/r")
     assert report.shard is not None and report.shard.planned() == ()
+
+
+def test_pytest_xdist_workers_parts_are_merged_into_one_run_folder(project: Path) -> None:
+    """`pytest harness/ -n 2` without --harness-shard: one run folder (``latest``) holding
+    every selected case, merged from the folder each xdist worker wrote of the part it ran;
+    the same cases and outcomes as the run without xdist. Deselected cases (-k) are not
+    planned, so not missing."""
+
+    def plugin(out: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                sys.executable, "-m", "pytest", str(REPO / "harness"), "-p", "no:cacheprovider",
+                f"--rootdir={project}", "--harness-cases", "cases", "--harness-code-root",
+                str(TINYAV), "--harness-out", out, *args,
+            ],
+            cwd=project, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+
+    def outcomes(run: Path) -> dict[str, str]:
+        return {c.name: c.status for c in read_report(run).cases}
+
+    serial = plugin("serial", "-p", "no:xdist")
+    xdist = plugin("xdist", "-n", "2")
+    assert serial.returncode == 0 and xdist.returncode == 0, serial.stdout + xdist.stdout
+    latest = (project / "xdist" / "latest").resolve()
+    parts = sorted(d for d in (project / "xdist").iterdir() if "-gw" in d.name)
+    assert len(parts) == 2 and latest not in parts, parts
+    assert f"harness report: {latest / 'report.json'}" in xdist.stdout
+    merged = read_report(latest)
+    assert outcomes(latest) == outcomes(project / "serial" / "latest")
+    assert len(merged.cases) == 13 and merged.missing == ()
+    assert sorted(Path(m.path).name for m in merged.merged_from) == [p.name for p in parts]
+    for case in merged.cases:  # the outputs the report names are in the merged folder
+        for attempt in case.attempts:
+            for out in attempt.outputs.values():
+                if out.get("path"):
+                    assert (latest / out["path"]).is_file(), (case.name, out["path"])
+    assert (latest / "index.html").is_file() and (latest / "junit.xml").is_file()
+
+    picked = plugin("picked", "-n", "2", "-k", "int8")
+    assert picked.returncode == 0, picked.stdout
+    chosen = read_report((project / "picked" / "latest").resolve())
+    assert chosen.missing == () and 0 < len(chosen.cases) < 13
+    assert all("int8" in c.name for c in chosen.cases)

@@ -1,0 +1,60 @@
+"""One run folder for ``pytest harness/ -n K``: each xdist worker runs the batches it is handed
+and writes them as a part of its own (``<run id>-gw0``...); the controller merges the parts
+into one run folder, with ``latest`` pointing at it, as ``harness merge`` joins the parts of a
+shard.
+
+Each worker records the session's selected cases (after ``-k``) as the plan of a single shard
+(1/1), with the xdist session's id as its nonce, so the merge can tell which planned case no
+worker reported (a worker that crashed) instead of leaving it out. With ``--harness-shard`` the
+parts stay apart for ``harness merge`` to join across machines; a comparison
+(``--harness-base``) has its own folder.
+
+Import-light like the rest of the plugin: the harness modules load only when there are cases.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from harness.cases.plan import PlanItem
+    from harness.model import RunReport, ShardInfo
+
+SOURCE = "pytest-xdist: the workers' parts of one session"
+
+
+def session_plan(config: pytest.Config, selected: Sequence[PlanItem]) -> ShardInfo | None:
+    """In an xdist worker of a plain session (no ``--harness-shard``, no comparison): the
+    selected cases as one shard's plan, identical in every worker (each collects the same
+    items); None elsewhere."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None or not selected:
+        return None
+    if config.getoption("harness_shard") or config.getoption("harness_base"):
+        return None
+    from harness.cases.shard import split
+
+    return split(selected, 1, nonce=f"xdist:{workerinput['testrunuid']}").info(1, SOURCE)
+
+
+def merge_parts(parts: Sequence[str], out_root: Path, references: Path | None) -> Path:
+    """Merge the workers' run folders ``parts`` into a new run folder under ``out_root`` (its
+    outputs copied beside, ``latest`` pointed at it); returns it. Raises
+    :class:`harness.errors.HarnessError` (the parts stay as they are) when they do not merge."""
+    from harness.execution.run import new_run_id
+    from harness.report.io import read_report, write_run
+    from harness.report.merge import copy_outputs, merge_reports
+
+    reports: list[tuple[str, RunReport]] = [(p, read_report(Path(p))) for p in parts]
+    run_id = new_run_id()
+    argv = reports[0][1].argv
+    merged = merge_reports(sorted(reports), run_id=run_id, argv=argv)
+    run_dir = out_root / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    copy_outputs([Path(p) for p, _ in sorted(reports)], run_dir)
+    write_run(merged, run_dir, latest=True, references=references)
+    return run_dir
