@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import harness
+from harness.pytest_plugin.xdist_runs import merge_parts
 from harness.report.io import read_report
 
 pytestmark = pytest.mark.slow
@@ -231,6 +232,11 @@ def test_pytest_xdist_workers_parts_are_merged_into_one_run_folder(project: Path
                 if out.get("path"):
                     assert (latest / out["path"]).is_file(), (case.name, out["path"])
     assert (latest / "index.html").is_file() and (latest / "junit.xml").is_file()
+    # a worker whose part was lost (it crashed): its cases are missing, never left out
+    lost = read_report(merge_parts([str(parts[0])], project / "lost", None))
+    gone = {c.name for c in read_report(parts[1]).cases}
+    assert {m.name for m in lost.missing} == gone and {c.name for c in lost.cases} != set()
+    assert all(m.cause == "not_reported" for m in lost.missing), lost.missing
 
     picked = plugin("picked", "-n", "2", "-k", "int8")
     assert picked.returncode == 0, picked.stdout
