@@ -36,7 +36,7 @@ from harness.pytest_plugin.shard import (
     check_shard_option,
     select_shard,
 )
-from harness.pytest_plugin.xdist_runs import merge_parts, session_plan
+from harness.pytest_plugin.xdist_runs import MERGE_ERROR_KEY, merge_session, session_plan
 
 if TYPE_CHECKING:
     from harness.cases.plan import PlanItem
@@ -363,36 +363,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             workeroutput["harness_run"] = (str(state.runner.run_dir), lines)
     merged = None
     if not hasattr(config, "workerinput") and compare_state is None:
-        merged = _merge_worker_runs(config)
+        merged = merge_session(config)
+        if merged is not None:
+            config.stash[_RUN_DIR_KEY] = merged
     publish_for_github(session.config, own, merged)
 
 
-def _merge_worker_runs(config: pytest.Config) -> Path | None:
-    """The xdist controller of a plain session: the workers' parts merged into one run folder
-    (:mod:`harness.pytest_plugin.xdist_runs`). A merge that fails leaves the parts and says
-    why in the terminal summary; it never changes an item's outcome."""
-    runs = config.stash.get(WORKER_RUNS_KEY, [])
-    if not runs or config.getoption("harness_shard") or config.getoption("harness_base"):
-        return None
-    from harness.errors import HarnessError
-
-    refs = _opt_path(config, "harness_references", "references")
-    try:
-        run_dir = merge_parts(
-            [run for run, _ in runs],
-            _opt_path(config, "harness_out", "reports"),
-            refs if refs.is_dir() else None,
-        )
-    except (HarnessError, OSError) as exc:
-        parts = ", ".join(run for run, _ in runs)
-        config.stash[_MERGE_ERROR_KEY] = f"the xdist workers' runs were not merged ({parts}): {exc}"
-        return None
-    config.stash[_RUN_DIR_KEY] = run_dir
-    return run_dir
-
-
 _RUN_DIR_KEY = pytest.StashKey[Path]()
-_MERGE_ERROR_KEY = pytest.StashKey[str]()
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
@@ -400,7 +377,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write_line(line)  # workflow commands: GitHub reads them on stdout
     run_dir = config.stash.get(_RUN_DIR_KEY, None)
     state = config.stash.get(_STATE_KEY, None)
-    merge_error = config.stash.get(_MERGE_ERROR_KEY, None)
+    merge_error = config.stash.get(MERGE_ERROR_KEY, None)
     if merge_error is not None:
         terminalreporter.write_sep("-", "harness")
         terminalreporter.write_line(f"harness: {merge_error}", red=True)

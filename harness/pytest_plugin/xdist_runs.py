@@ -20,11 +20,16 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from harness.pytest_plugin.options import _opt_path
+from harness.pytest_plugin.publish import WORKER_RUNS_KEY
+
 if TYPE_CHECKING:
     from harness.cases.plan import PlanItem
     from harness.model import RunReport, ShardInfo
 
 SOURCE = "pytest-xdist: the workers' parts of one session"
+# Why the controller could not merge the workers' runs, for the terminal summary.
+MERGE_ERROR_KEY = pytest.StashKey[str]()
 
 
 def session_plan(config: pytest.Config, selected: Sequence[PlanItem]) -> ShardInfo | None:
@@ -58,3 +63,25 @@ def merge_parts(parts: Sequence[str], out_root: Path, references: Path | None) -
     copy_outputs([Path(p) for p, _ in sorted(reports)], run_dir)
     write_run(merged, run_dir, latest=True, references=references)
     return run_dir
+
+
+def merge_session(config: pytest.Config) -> Path | None:
+    """In the xdist controller of a plain session: the workers' runs (handed over through
+    ``workeroutput``) merged into one run folder, returned. A merge that fails leaves the parts
+    and says why (:data:`MERGE_ERROR_KEY`); it never changes an item's outcome."""
+    runs = config.stash.get(WORKER_RUNS_KEY, [])
+    if not runs or config.getoption("harness_shard") or config.getoption("harness_base"):
+        return None
+    from harness.errors import HarnessError
+
+    refs = _opt_path(config, "harness_references", "references")
+    try:
+        return merge_parts(
+            [run for run, _ in runs],
+            _opt_path(config, "harness_out", "reports"),
+            refs if refs.is_dir() else None,
+        )
+    except (HarnessError, OSError) as exc:
+        parts = ", ".join(run for run, _ in runs)
+        config.stash[MERGE_ERROR_KEY] = f"the xdist workers' runs were not merged ({parts}): {exc}"
+        return None
