@@ -29,10 +29,11 @@ from tinyav import media as tinyav_media
 
 frames = media.decode_video(sys.argv[1]).frames
 pcm = (np.sin(np.arange(16000, dtype=np.float32) / 10.0) * 0.3).astype(np.float32)
-out = Path(tempfile.mkdtemp())
-a = media.write_mp4(out / "h.mp4", frames, pcm, fps=8)
-b = tinyav_media.write_mp4(out / "t.mp4", frames, pcm, fps=8)
-print(hashlib.sha256(a.read_bytes()).hexdigest(), hashlib.sha256(b.read_bytes()).hexdigest())
+with tempfile.TemporaryDirectory() as tmp:  # removed after: four processes per run
+    out = Path(tmp)
+    a = media.write_mp4(out / "h.mp4", frames, pcm, fps=8)
+    b = tinyav_media.write_mp4(out / "t.mp4", frames, pcm, fps=8)
+    print(hashlib.sha256(a.read_bytes()).hexdigest(), hashlib.sha256(b.read_bytes()).hexdigest())
 """
 
 
