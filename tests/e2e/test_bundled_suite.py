@@ -89,8 +89,16 @@ def test_whole_suite_passes_on_cpu_and_never_writes_references(bundled_suite: An
     passed = sum(c["status"] == "passed" for c in cases)
     assert re.search(rf"^{passed} passed\b", proc.output.splitlines()[-1]), proc.output[-2000:]
     assert f"harness report: {proc.dir.resolve() / 'report.json'}" in proc.output
-    # the two xdist workers' parts, merged: every case, none missing
-    assert 1 <= len(doc["merged_from"]) <= 2 and not doc.get("missing")
+    # the xdist workers' parts, merged: the run folder lists the part folders written beside
+    # it, each case comes from exactly one part, and every planned case has its result
+    parts = sorted(d for d in proc.dir.resolve().parent.iterdir() if "-gw" in d.name)
+    assert sorted(Path(m["path"]).name for m in doc["merged_from"]) == [d.name for d in parts]
+    from_parts = [
+        c["id"] for d in parts for c in json.loads((d / "report.json").read_text())["cases"]
+    ]
+    assert sorted(from_parts) == sorted(c["id"] for c in cases)
+    assert sorted(p["id"] for p in doc["shard"]["plan"]) == sorted(c["id"] for c in cases)
+    assert "missing" not in doc, doc["missing"]
     # tinyav's pipeline cases (cases/diffusers/ has its own tests, in tests/diffusers/)
     pipeline = [
         c for c in cases if c["kind"] == "pipeline" and Path(c["source"]).parent.name == "pipeline"
