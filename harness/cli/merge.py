@@ -9,8 +9,7 @@ from typing import Any
 
 from harness.errors import InputError, UsageError
 from harness.model import RunReport, exit_code
-from harness.report.io import write_run
-from harness.report.merge import copy_outputs, merge_reports
+from harness.report.merge import write_merged
 from harness.report.shard_io import read_shard_reports
 
 MERGE_EXAMPLE = """\
@@ -86,14 +85,13 @@ def main(args: argparse.Namespace) -> int:
 def merge_into(paths: list[Path], out: Path) -> int:
     """Merge the shard reports at ``paths`` into the new run folder ``out``; print what was
     merged and what is missing; the exit code of the merged report."""
-    shards: list[tuple[str, RunReport]] = []
+    shards: list[tuple[Path, RunReport]] = []
     for path, report in zip(paths, read_shard_reports(paths), strict=True):
-        shards.append((str(path.parent), report))
+        shards.append((path.parent, report))
         print(f"read {path}", file=sys.stderr)
-    merged = merge_reports(shards, run_id=out.resolve().name or "merged", argv=tuple(sys.argv))
-    out.mkdir(parents=True, exist_ok=True)
-    copied = copy_outputs([path.parent for path in paths], out)
-    write_run(merged, out, latest=False)
+    merged, copied = write_merged(
+        shards, out, run_id=out.resolve().name or "merged", argv=tuple(sys.argv)
+    )
     info = merged.shard
     assert info is not None
     counts = {k: v for k, v in merged.counts().items() if v}

@@ -93,8 +93,6 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """In an xdist worker, after ``-k`` and the like have deselected: the selected cases are
     the plan the workers' parts are merged against (:mod:`harness.pytest_plugin.xdist_runs`)."""
-    if SHARD_KEY in config.stash:
-        return
     info = session_plan(config, [it.plan_item for it in items if isinstance(it, CaseItem)])
     if info is not None:
         config.stash[SHARD_KEY] = info

@@ -54,7 +54,7 @@ def publish_for_github(
 
     out = config.stash.setdefault(GITHUB_LINES_KEY, [])
     workers = config.stash.get(WORKER_RUNS_KEY, [])
-    if merged is not None and workers:
+    if merged is not None:
         try:
             lines_of = {case: line for _, lines in workers for case, line in lines.items()}
             runs.append((read_report(merged), lines_of))

@@ -25,7 +25,7 @@ from harness.pytest_plugin.publish import WORKER_RUNS_KEY
 
 if TYPE_CHECKING:
     from harness.cases.plan import PlanItem
-    from harness.model import RunReport, ShardInfo
+    from harness.model import ShardInfo
 
 SOURCE = "pytest-xdist: the workers' parts of one session"
 # Why the controller could not merge the workers' runs, for the terminal summary.
@@ -51,18 +51,21 @@ def merge_parts(parts: Sequence[str], out_root: Path, references: Path | None) -
     outputs copied beside, ``latest`` pointed at it); returns it. Raises
     :class:`harness.errors.HarnessError` (the parts stay as they are) when they do not merge."""
     from harness.execution.run import new_run_id
-    from harness.report.io import read_report, write_run
-    from harness.report.merge import copy_outputs, merge_reports
+    from harness.report.merge import write_merged
+    from harness.report.shard_io import read_shard_reports
 
-    reports: list[tuple[str, RunReport]] = [(p, read_report(Path(p))) for p in parts]
+    folders = [Path(p) for p in parts]
+    reports = read_shard_reports(folders)
     run_id = new_run_id()
-    argv = reports[0][1].argv
-    merged = merge_reports(sorted(reports), run_id=run_id, argv=argv)
-    run_dir = out_root / run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
-    copy_outputs([Path(p) for p, _ in sorted(reports)], run_dir)
-    write_run(merged, run_dir, latest=True, references=references)
-    return run_dir
+    write_merged(
+        list(zip(folders, reports, strict=True)),
+        out_root / run_id,
+        run_id=run_id,
+        argv=reports[0].argv,
+        latest=True,
+        references=references,
+    )
+    return out_root / run_id
 
 
 def merge_session(config: pytest.Config) -> Path | None:

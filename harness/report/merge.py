@@ -31,7 +31,7 @@ from harness.model import (
     ShardInfo,
 )
 
-__all__ = ["copy_outputs", "merge_reports"]
+__all__ = ["copy_outputs", "merge_reports", "write_merged"]
 
 
 def _check_consistent(shards: Sequence[tuple[str, RunReport]]) -> list[tuple[str, ShardInfo]]:
@@ -248,3 +248,25 @@ def copy_outputs(run_dirs: Sequence[Path], out: Path) -> int:
             shutil.copy2(f, dst)
             copied += 1
     return copied
+
+
+def write_merged(
+    shards: Sequence[tuple[Path, RunReport]],
+    out: Path,
+    *,
+    run_id: str,
+    argv: Sequence[str] = (),
+    latest: bool = False,
+    references: Path | None = None,
+) -> tuple[RunReport, int]:
+    """Merge the shard reports (each with its run folder) into the new run folder ``out``: the
+    shards' outputs copied in and every rendering written (``latest`` pointed at it if asked).
+    Returns the merged report and the number of output files copied. Raises
+    :class:`InputError` as :func:`merge_reports` does, before anything is written."""
+    from harness.report.io import write_run
+
+    merged = merge_reports([(str(d), r) for d, r in shards], run_id=run_id, argv=argv)
+    out.mkdir(parents=True, exist_ok=True)
+    copied = copy_outputs([d for d, _ in shards], out)
+    write_run(merged, out, latest=latest, references=references)
+    return merged, copied
