@@ -226,11 +226,8 @@ def test_pytest_xdist_workers_parts_are_merged_into_one_run_folder(project: Path
     assert outcomes(latest) == outcomes(project / "serial" / "latest")
     assert len(merged.cases) == 13 and merged.missing == ()
     assert sorted(Path(m.path).name for m in merged.merged_from) == [p.name for p in parts]
-    for case in merged.cases:  # the outputs the report names are in the merged folder
-        for attempt in case.attempts:
-            for out in attempt.outputs.values():
-                if out.get("path"):
-                    assert (latest / out["path"]).is_file(), (case.name, out["path"])
+    # (these loader and dispatch cases write no outputs: the merged folder's copies of the
+    # workers' MP4s are checked on the bundled suite's run, tests/server_cases)
     assert (latest / "index.html").is_file() and (latest / "junit.xml").is_file()
     # a worker whose part was lost (it crashed): its cases are missing, never left out
     lost = read_report(merge_parts([str(parts[0])], project / "lost", None))
