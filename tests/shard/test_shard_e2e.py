@@ -4,6 +4,8 @@ subprocess, real workers, the bundled tinyav target's fast cases (loader, quant 
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -71,6 +73,20 @@ def run_shard(project: Path, spec: str, *extra: str) -> subprocess.CompletedProc
     return harness_cli(
         project, "run", "--shard", spec, "--code-root", str(TINYAV), "--out", out, "-q",
         "--run-id", "r", *extra,
+    )  # fmt: skip
+
+
+def pytest_harness(
+    project: Path, out: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`pytest harness/` over the project's cases, as a stack's CI job runs it."""
+    return subprocess.run(
+        [
+            sys.executable, "-m", "pytest", str(REPO / "harness"), "-p", "no:cacheprovider",
+            f"--rootdir={project}", "--harness-cases", "cases", "--harness-code-root",
+            str(TINYAV), "--harness-out", out, *args,
+        ],
+        cwd=project, capture_output=True, text=True, timeout=300, check=False, env=env,
     )  # fmt: skip
 
 
@@ -203,14 +219,7 @@ def test_pytest_xdist_workers_parts_are_merged_into_one_run_folder(project: Path
     planned, so not missing."""
 
     def plugin(out: str, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [
-                sys.executable, "-m", "pytest", str(REPO / "harness"), "-p", "no:cacheprovider",
-                f"--rootdir={project}", "--harness-cases", "cases", "--harness-code-root",
-                str(TINYAV), "--harness-out", out, *args,
-            ],
-            cwd=project, capture_output=True, text=True, timeout=300, check=False,
-        )  # fmt: skip
+        return pytest_harness(project, out, *args)
 
     def outcomes(run: Path) -> dict[str, str]:
         return {c.name: c.status for c in read_report(run).cases}
@@ -240,3 +249,39 @@ def test_pytest_xdist_workers_parts_are_merged_into_one_run_folder(project: Path
     chosen = read_report((project / "picked" / "latest").resolve())
     assert chosen.missing == () and 0 < len(chosen.cases) < 13
     assert all("int8" in c.name for c in chosen.cases)
+
+
+# A pytest plugin for the controller of an xdist session: as each worker goes down, its part's
+# report is damaged on disk (as a full disk or a killed write would leave it), before the
+# controller merges the parts.
+DAMAGE_PARTS = """
+from pathlib import Path
+
+def pytest_testnodedown(node, error):
+    run = getattr(node, "workeroutput", {}).get("harness_run")
+    if run is not None:
+        (Path(run[0]) / "report.json").write_text('{"schema_version": ')
+"""
+
+
+def test_an_xdist_merge_that_fails_keeps_the_parts_says_why_and_changes_no_outcome(
+    project: Path,
+) -> None:
+    """The controller cannot merge the workers' parts (one's report.json is damaged): the
+    session's items keep their outcomes and exit status, the terminal summary says in red
+    which parts were not merged and why, and the parts stay on disk; no merged folder, no
+    ``latest`` pointing at half a run."""
+    (project / "damage_parts.py").write_text(DAMAGE_PARTS)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(project), str(REPO)])}
+    proc = pytest_harness(project, "out", "-n", "2", "-p", "damage_parts", env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    passed = re.search(r"(\d+) passed", proc.stdout)
+    assert passed is not None and int(passed.group(1)) >= 2, proc.stdout[-3000:]
+    parts = sorted(d for d in (project / "out").iterdir() if "-gw" in d.name)
+    assert len(parts) == 2, parts
+    line = next(x for x in proc.stdout.splitlines() if "were not merged" in x)
+    assert line.startswith("harness: the xdist workers' runs were not merged ("), line
+    assert all(str(p) in line for p in parts) and "report.json" in line, line
+    assert "harness report:" not in proc.stdout
+    assert not (project / "out" / "latest").exists()
+    assert sorted(d for d in (project / "out").iterdir()) == parts
