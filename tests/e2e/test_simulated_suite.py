@@ -1,6 +1,7 @@
-"""The whole bundled suite (cases/) on platforms this CPU machine does not have: `harness run
---platform hip | npu | cuda` and `--runner mi355x` (HIP gfx950). Each runs once (module-scoped)
-and many things are asserted on its report: every result is labelled simulated and carries the
+"""The whole bundled suite (cases/) on platforms this CPU machine does not have: one `harness run
+--platform hip --platform npu --platform cuda` (the batched runner's platforms in one run, one
+report) and `--runner mi355x` (HIP gfx950). Each runs once (module-scoped) and many things are
+asserted on its report, per platform: every result is labelled simulated and carries the
 identity it ran as, nothing fails for lack of hardware (checks on what ran on the device are
 "not run: simulated"), the decisions follow the simulated platform (int_mm planned on cuda, no
 fused kernels on HIP, fnuz on MI300-class HIP, fn on gfx950), the policy that judged each
@@ -8,6 +9,7 @@ result is recorded with its rule, and bless refuses every one of them."""
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 import subprocess
@@ -34,13 +36,21 @@ def harness(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 class Suite:
-    """One run of the whole suite and its report."""
+    """One run of the whole suite and its report, seen from one of the run's platforms."""
 
     def __init__(self, out: Path, *args: str) -> None:
         self.dir = out / "run"
         self.proc = harness("run", *args, "--out", str(out), "--run-id", "run", "-q")
         self.doc: dict[str, Any] = json.loads((self.dir / "report.json").read_text())
+        self.platform = ""
         self.cases = {c["id"]: c for c in self.doc["cases"]}
+
+    def on(self, platform: str) -> Suite:
+        """This run's results on ``platform`` (the same run folder and process)."""
+        view = copy.copy(self)
+        view.platform = platform
+        view.cases = {c["id"]: c for c in self.doc["cases"] if c["platform"] == platform}
+        return view
 
     def notes(self, case_id: str) -> dict[str, Any]:
         notes: dict[str, Any] = self.cases[case_id]["attempts"][0]["notes"]
@@ -58,28 +68,39 @@ def _suite(factory: pytest.TempPathFactory, *args: str) -> Suite:
     return Suite(factory.mktemp("sim"), *TINYAV, *args)
 
 
-@pytest.fixture(scope="module")
-def hip(tmp_path_factory: pytest.TempPathFactory) -> Suite:
-    return _suite(tmp_path_factory, "--platform", "hip")
+# The three simulated platforms' tests share one run: they run on one xdist worker.
+THREE = pytest.mark.xdist_group("simulated-three")
 
 
 @pytest.fixture(scope="module")
-def npu(tmp_path_factory: pytest.TempPathFactory) -> Suite:
-    return _suite(tmp_path_factory, "--platform", "npu")
-
-
-@pytest.fixture(scope="module")
-def cuda(tmp_path_factory: pytest.TempPathFactory) -> Suite:
-    # cuda's latency guard fails (policy), and the cpu runner's budgets, sized for an idle CPU,
-    # would judge this shared machine's load there: the cpu profile without its budgets. The
-    # guard per platform is tested with a controlled overrun (tests/platforms).
+def three(tmp_path_factory: pytest.TempPathFactory) -> Suite:
+    """The tinyav suite on hip, npu and cuda in one run. cuda's latency guard fails (policy),
+    and the cpu runner's budgets, sized for an idle CPU, would judge this shared machine's load
+    there: the cpu profile without its budgets (hip and npu only warn on an overrun). The guard
+    per platform is tested with a controlled overrun (tests/platforms)."""
     folder = tmp_path_factory.mktemp("runner")
     text = (REPO / "runners" / "cpu.toml").read_text()
     runner = folder / "cpu-unbudgeted.toml"
     runner.write_text(
         text.split("\n[budgets]")[0].replace('name = "cpu"', 'name = "cpu-unbudgeted"')
     )
-    return _suite(tmp_path_factory, "--platform", "cuda", "--runner", str(runner))
+    platforms = ("--platform", "hip", "--platform", "npu", "--platform", "cuda")
+    return _suite(tmp_path_factory, *platforms, "--runner", str(runner))
+
+
+@pytest.fixture
+def hip(three: Suite) -> Suite:
+    return three.on("hip")
+
+
+@pytest.fixture
+def npu(three: Suite) -> Suite:
+    return three.on("npu")
+
+
+@pytest.fixture
+def cuda(three: Suite) -> Suite:
+    return three.on("cuda")
 
 
 @pytest.fixture(scope="module")
@@ -87,14 +108,16 @@ def mi355x(tmp_path_factory: pytest.TempPathFactory) -> Suite:
     # what gfx950 changes is the FP8 flavour: its cases, and one INT8 case for the policy (the
     # whole suite under hip runs in the mi300-class test)
     # mi355x promises a device: on this machine without one the run must ask for simulation
-    return _suite(tmp_path_factory, "--runner", "mi355x", "--simulate", "-k", "fp8 or t2va-int8")
+    return _suite(
+        tmp_path_factory, "--runner", "mi355x", "--simulate", "-k", "fp8 or t2va-int8"
+    ).on("hip")
 
 
 def assert_whole_suite_passes_simulated(
     s: Suite, platform: str, arch: str, *, whole: bool = True
 ) -> None:
     assert s.proc.returncode == 0, s.proc.stderr[-4000:]
-    cases = s.doc["cases"]
+    cases = list(s.cases.values())
     kinds = {c["kind"] for c in cases}
     if whole:
         assert len(cases) >= 40 and kinds == {"loader", "quant", "import", "pipeline"}
@@ -142,6 +165,8 @@ def assert_bless_refuses(s: Suite, tmp_path: Path) -> None:
             "t2va-int8",
             "--reason",
             "simulated run",
+            "--platform",
+            s.platform,
             "--references",
             str(store),
             *force,
@@ -151,6 +176,7 @@ def assert_bless_refuses(s: Suite, tmp_path: Path) -> None:
     assert (store / "manifest.json").read_bytes() == before
 
 
+@THREE
 def test_hip_suite_mi300_class(hip: Suite, tmp_path: Path) -> None:
     assert_whole_suite_passes_simulated(hip, "hip", "gfx942")
     assert hip.cases["t2va-fp8"]["identity"]["fp8"] == "e4m3fnuz"
@@ -184,6 +210,7 @@ def test_hip_suite_gfx950_from_the_mi355x_profile(mi355x: Suite, tmp_path: Path)
     assert_bless_refuses(mi355x, tmp_path)
 
 
+@THREE
 def test_cuda_suite_plans_cuda_kernels(cuda: Suite, tmp_path: Path) -> None:
     assert_whole_suite_passes_simulated(cuda, "cuda", "sm_90")
     notes = cuda.notes("t2va-int8")
@@ -199,6 +226,7 @@ def test_cuda_suite_plans_cuda_kernels(cuda: Suite, tmp_path: Path) -> None:
     assert_bless_refuses(cuda, tmp_path)
 
 
+@THREE
 def test_npu_suite(npu: Suite, tmp_path: Path) -> None:
     assert_whole_suite_passes_simulated(npu, "npu", "Ascend910B3")
     assert npu.cases["t2va-fp8"]["identity"]["fp8"] is None  # no FP8 hardware on 910B
@@ -210,3 +238,10 @@ def test_npu_suite(npu: Suite, tmp_path: Path) -> None:
     )
     assert npu.cases["t2va-int8"]["policy"]["timeouts.attempt_scale"]["value"] == 2.0
     assert_bless_refuses(npu, tmp_path)
+
+
+@THREE
+def test_one_run_holds_each_case_once_per_platform(three: Suite) -> None:
+    ids = {p: set(three.on(p).cases) for p in ("hip", "npu", "cuda")}
+    assert ids["hip"] == ids["npu"] == ids["cuda"] and len(ids["hip"]) >= 40
+    assert len(three.doc["cases"]) == 3 * len(ids["hip"])  # nothing on another platform
