@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from harness.model.exits import INCOMPLETE
 from harness.pytest_plugin.compare import (
     COMPARE_KEY,
     SHARED_DIR_KEY,
@@ -364,6 +365,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         merged = merge_session(config)
         if merged is not None:
             config.stash[_RUN_DIR_KEY] = merged
+        elif MERGE_ERROR_KEY in config.stash and session.exitstatus in (0, 1):
+            session.exitstatus = INCOMPLETE  # the run folder asked for was not written
     publish_for_github(session.config, own, merged)
 
 

@@ -71,7 +71,8 @@ def merge_parts(parts: Sequence[str], out_root: Path, references: Path | None) -
 def merge_session(config: pytest.Config) -> Path | None:
     """In the xdist controller of a plain session: the workers' runs (handed over through
     ``workeroutput``) merged into one run folder, returned. A merge that fails leaves the parts
-    and says why (:data:`MERGE_ERROR_KEY`); it never changes an item's outcome."""
+    and says why (:data:`MERGE_ERROR_KEY`); it never changes an item's outcome, and the plugin
+    makes the session's exit status 3 (the run is incomplete) where it would read 0 or 1."""
     runs = config.stash.get(WORKER_RUNS_KEY, [])
     if not runs or config.getoption("harness_shard") or config.getoption("harness_base"):
         return None
@@ -86,5 +87,8 @@ def merge_session(config: pytest.Config) -> Path | None:
         )
     except (HarnessError, OSError) as exc:
         parts = ", ".join(run for run, _ in runs)
-        config.stash[MERGE_ERROR_KEY] = f"the xdist workers' runs were not merged ({parts}): {exc}"
+        config.stash[MERGE_ERROR_KEY] = (
+            f"the xdist workers' runs were not merged ({parts}); the parts are kept, the run "
+            f"is incomplete (exit 3): {exc}"
+        )
         return None

@@ -268,19 +268,21 @@ def test_an_xdist_merge_that_fails_keeps_the_parts_says_why_and_changes_no_outco
     project: Path,
 ) -> None:
     """The controller cannot merge the workers' parts (one's report.json is damaged): the
-    session's items keep their outcomes and exit status, the terminal summary says in red
-    which parts were not merged and why, and the parts stay on disk; no merged folder, no
-    ``latest`` pointing at half a run."""
+    session's items keep their outcomes, the exit status is 3 (DESIGN: incomplete, a harness
+    or infrastructure fault, never 0 or 1), the terminal summary says in red which parts were
+    not merged and why, and the parts stay on disk; no merged folder, no ``latest`` pointing
+    at half a run."""
     (project / "damage_parts.py").write_text(DAMAGE_PARTS)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(project), str(REPO)])}
     proc = pytest_harness(project, "out", "-n", "2", "-p", "damage_parts", env=env)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    passed = re.search(r"(\d+) passed", proc.stdout)
-    assert passed is not None and int(passed.group(1)) >= 2, proc.stdout[-3000:]
+    assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
+    tally = proc.stdout.strip().splitlines()[-1]  # every item as it ran: passed or skipped
+    assert re.fullmatch(r"=* \d+ passed(, \d+ skipped)? in .*", tally), tally
     parts = sorted(d for d in (project / "out").iterdir() if "-gw" in d.name)
     assert len(parts) == 2, parts
     line = next(x for x in proc.stdout.splitlines() if "were not merged" in x)
     assert line.startswith("harness: the xdist workers' runs were not merged ("), line
+    assert "the parts are kept, the run is incomplete (exit 3)" in line, line
     assert all(str(p) in line for p in parts) and "report.json" in line, line
     assert "harness report:" not in proc.stdout
     assert not (project / "out" / "latest").exists()
