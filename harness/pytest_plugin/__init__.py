@@ -21,23 +21,21 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from harness.model.exits import INCOMPLETE
+from harness.pytest_plugin import xdist_runs
 from harness.pytest_plugin.compare import (
     COMPARE_KEY,
     SHARED_DIR_KEY,
-    SHARED_INPUT,
     ComparisonItem,
     check_base_option,
-    controller_shared_dir,
     read_shared,
 )
 from harness.pytest_plugin.options import _opt_path, _root, add_options, check_platform_option
-from harness.pytest_plugin.publish import GITHUB_LINES_KEY, WORKER_RUNS_KEY, publish_for_github
+from harness.pytest_plugin.publish import GITHUB_LINES_KEY, publish_for_github
 from harness.pytest_plugin.shard import (
     SHARD_KEY,
     check_shard_option,
     select_shard,
 )
-from harness.pytest_plugin.xdist_runs import MERGE_ERROR_KEY, merge_session, session_plan
 
 if TYPE_CHECKING:
     from harness.cases.plan import PlanItem
@@ -87,14 +85,15 @@ def pytest_configure(config: pytest.Config) -> None:
     check_platform_option(config)
     check_base_option(config)
     if config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(_XdistBatches(), "harness-xdist-batches")
+        config.pluginmanager.register(xdist_runs.XdistBatches(), "harness-xdist-batches")
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """In an xdist worker, after ``-k`` and the like have deselected: the selected cases are
     the plan the workers' parts are merged against (:mod:`harness.pytest_plugin.xdist_runs`)."""
-    info = session_plan(config, [it.plan_item for it in items if isinstance(it, CaseItem)])
+    selected = [it.plan_item for it in items if isinstance(it, CaseItem)]
+    info = xdist_runs.session_plan(config, selected)
     if info is not None:
         config.stash[SHARD_KEY] = info
 
@@ -362,11 +361,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             workeroutput["harness_run"] = (str(state.runner.run_dir), lines)
     merged = None
     if not hasattr(config, "workerinput") and compare_state is None:
-        merged = merge_session(config)
+        merged = xdist_runs.merge_session(config)
         if merged is not None:
             config.stash[_RUN_DIR_KEY] = merged
-        elif MERGE_ERROR_KEY in config.stash and session.exitstatus in (0, 1):
-            session.exitstatus = INCOMPLETE  # the run folder asked for was not written
+        if xdist_runs.incomplete(config, session.testsfailed) and session.exitstatus in (0, 1):
+            session.exitstatus = INCOMPLETE
     publish_for_github(session.config, own, merged)
 
 
@@ -378,13 +377,14 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write_line(line)  # workflow commands: GitHub reads them on stdout
     run_dir = config.stash.get(_RUN_DIR_KEY, None)
     state = config.stash.get(_STATE_KEY, None)
-    merge_error = config.stash.get(MERGE_ERROR_KEY, None)
-    if merge_error is not None:
-        terminalreporter.write_sep("-", "harness")
-        terminalreporter.write_line(f"harness: {merge_error}", red=True)
-    if run_dir is None:
+    incomplete = config.stash.get(xdist_runs.INCOMPLETE_KEY, [])
+    if run_dir is None and not incomplete:
         return
     terminalreporter.write_sep("-", "harness")
+    for why in incomplete:
+        terminalreporter.write_line(f"harness: {why}", red=True)
+    if run_dir is None:
+        return
     if state is not None and state.flaky:
         terminalreporter.write_line(f"flaky (passed only on retry): {', '.join(state.flaky)}")
     if state is not None and state.simulated:
@@ -414,34 +414,3 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
                 terminalreporter.write_line(line)
         return
     terminalreporter.write_line(f"harness report: {run_dir / 'report.json'}")
-
-
-class _XdistBatches:
-    """Hands whole batches (all cases of one kind) to one xdist worker, and collects each
-    worker's run folder for the controller to publish (GitHub job summary, annotations)."""
-
-    def pytest_configure_node(self, node: Any) -> None:
-        # --harness-base: the workers share one comparison through a folder of this session
-        if node.config.getoption("harness_base"):
-            node.workerinput[SHARED_INPUT] = str(controller_shared_dir(node.config))
-
-    def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        run = getattr(node, "workeroutput", {}).get("harness_run")
-        if run is not None:
-            node.config.stash.setdefault(WORKER_RUNS_KEY, []).append((run[0], dict(run[1])))
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
-        if config.getoption("dist") not in ("load", "no"):
-            return None  # the user chose a distribution mode: respect it
-        from xdist.scheduler import LoadScopeScheduling
-
-        class CaseBatchScheduling(LoadScopeScheduling):
-            def _split_scope(self, nodeid: str) -> str:
-                head, sep, name = nodeid.rpartition("::")
-                # Case items are named "<kind>/<id>[<platform>]": one batch per kind.
-                if sep and "/" in name and name.endswith("]"):
-                    return f"{head}::{name.split('/', 1)[0]}"
-                return super()._split_scope(nodeid)
-
-        return CaseBatchScheduling(config, log)

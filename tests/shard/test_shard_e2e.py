@@ -239,7 +239,7 @@ def test_pytest_xdist_workers_parts_are_merged_into_one_run_folder(project: Path
     # workers' MP4s are checked on the bundled suite's run, tests/server_cases)
     assert (latest / "index.html").is_file() and (latest / "junit.xml").is_file()
     # a worker whose part was lost (it crashed): its cases are missing, never left out
-    lost = read_report(merge_parts([str(parts[0])], project / "lost", None))
+    lost = merge_parts([str(parts[0])], project / "lost", None)[1]
     gone = {c.name for c in read_report(parts[1]).cases}
     assert {m.name for m in lost.missing} == gone and {c.name for c in lost.cases} != set()
     assert all(m.cause == "not_reported" for m in lost.missing), lost.missing
@@ -287,3 +287,48 @@ def test_an_xdist_merge_that_fails_keeps_the_parts_says_why_and_changes_no_outco
     assert "harness report:" not in proc.stdout
     assert not (project / "out" / "latest").exists()
     assert sorted(d for d in (project / "out").iterdir()) == parts
+
+
+# A pytest plugin for the workers of an xdist session: gw0 dies (as the OOM killer or a crash of
+# the harness's manager would end it) once its first item is done, once per project.
+CRASH_GW0 = """
+import os
+
+def pytest_runtest_logfinish(nodeid, location):
+    if os.environ.get("PYTEST_XDIST_WORKER") == "gw0" and not os.path.exists("crashed"):
+        open("crashed", "w").close()
+        os._exit(9)
+"""
+
+
+def test_an_xdist_worker_that_dies_makes_the_session_incomplete_not_a_failed_check(
+    project: Path,
+) -> None:
+    """pytest counts the item an xdist worker died in as failed (exit 1, "a check failed"); the
+    cases run in harness workers of their own, so that death is the harness's fault: the
+    session exits 3 and says which worker died in which item. The dead worker's part is not
+    merged (it never handed it over); xdist's replacement runs the rest."""
+    (project / "crash_gw0.py").write_text(CRASH_GW0)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(project), str(REPO)])}
+    proc = pytest_harness(project, "out", "-n", "2", "-p", "crash_gw0", env=env)
+    assert (project / "crashed").exists()
+    assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert re.search(r"\b1 failed\b", proc.stdout.strip().splitlines()[-1]), proc.stdout[-2000:]
+    line = next(x for x in proc.stdout.splitlines() if ": a fault of the harness" in x)
+    assert re.match(r"harness: xdist worker gw0 crashed while running ::loader/\S+: ", line), line
+    assert line.endswith("the run is incomplete (exit 3)"), line
+    merged = read_report((project / "out" / "latest").resolve())
+    assert merged.merged_from and all("-gw0" not in m.path for m in merged.merged_from)
+
+    # Without a replacement worker the dead worker's cases never run: the merged run lists them
+    # missing, and the summary names them.
+    (project / "crashed").unlink()
+    proc = pytest_harness(
+        project, "alone", "-n", "2", "-p", "crash_gw0", "--max-worker-restart", "0", env=env
+    )
+    assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
+    merged = read_report((project / "alone" / "latest").resolve())
+    unreported = sorted(m.name for m in merged.missing if m.cause == "not_reported")
+    assert unreported and all(n.startswith("loader/") for n in unreported), merged.missing
+    said = next(x for x in proc.stdout.splitlines() if "harness: no xdist worker reported" in x)
+    assert all(n in said for n in unreported), said
