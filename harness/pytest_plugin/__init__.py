@@ -366,7 +366,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             config.stash[_RUN_DIR_KEY] = merged
         if xdist_runs.incomplete(config, session.testsfailed) and session.exitstatus in (0, 1):
             session.exitstatus = INCOMPLETE
-    publish_for_github(session.config, own, merged)
+    incomplete: list[str] = config.stash.get(xdist_runs.INCOMPLETE_KEY, [])
+    publish_for_github(session.config, own, merged, incomplete)
 
 
 _RUN_DIR_KEY = pytest.StashKey[Path]()

@@ -11,6 +11,7 @@ printed by the terminal summary, on stdout, where GitHub reads them.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,10 +32,12 @@ def publish_for_github(
     config: pytest.Config,
     own: tuple[RunReport, Path, dict[str, int]] | None,
     merged: Path | None = None,
+    incomplete: Sequence[str] = (),
 ) -> None:
     """Append summary.md to ``GITHUB_STEP_SUMMARY`` and collect the annotation commands of
     ``own`` (this session's run: report, folder, lines) and of the xdist workers' runs, or of
-    ``merged``, the run folder the controller merged those into."""
+    ``merged``, the run folder the controller merged those into; each reason the session is
+    ``incomplete`` (exit 3) is an error annotation of its own."""
     env = os.environ
     if not env.get("GITHUB_STEP_SUMMARY") and env.get("GITHUB_ACTIONS") != "true":
         return
@@ -70,6 +73,8 @@ def publish_for_github(
         warning = github.append_run_summary(report, env)
         out += [f"warning: {warning}"] if warning else []
     out += github.run_commands(runs, env)
+    title = github.escape_property("harness: the run is incomplete (exit 3)")
+    out += [f"::error title={title}::{github.escape_data(why)}" for why in incomplete]
     if compare_state is not None and compare_state.comparison is not None:
         warning = github.append_comparison_summary(compare_state.comparison, env)
         out += [f"warning: {warning}"] if warning else []

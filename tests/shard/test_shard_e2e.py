@@ -310,13 +310,17 @@ def test_an_xdist_worker_that_dies_makes_the_session_incomplete_not_a_failed_che
     merged (it never handed it over); xdist's replacement runs the rest."""
     (project / "crash_gw0.py").write_text(CRASH_GW0)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(project), str(REPO)])}
-    proc = pytest_harness(project, "out", "-n", "2", "-p", "crash_gw0", env=env)
+    github = {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(project / "summary.md")}
+    proc = pytest_harness(project, "out", "-n", "2", "-p", "crash_gw0", env={**env, **github})
     assert (project / "crashed").exists()
     assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert re.search(r"\b1 failed\b", proc.stdout.strip().splitlines()[-1]), proc.stdout[-2000:]
-    line = next(x for x in proc.stdout.splitlines() if ": a fault of the harness" in x)
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("harness: xdist worker"))
     assert re.match(r"harness: xdist worker gw0 crashed while running ::loader/\S+: ", line), line
     assert line.endswith("the run is incomplete (exit 3)"), line
+    # under GitHub Actions the same words are an error annotation of the job
+    title = "::error title=harness%3A the run is incomplete (exit 3)::"
+    assert f"{title}{line.removeprefix('harness: ')}" in proc.stdout.splitlines()
     merged = read_report((project / "out" / "latest").resolve())
     assert merged.merged_from and all("-gw0" not in m.path for m in merged.merged_from)
 
