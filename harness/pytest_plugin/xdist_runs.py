@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from harness.model.shard import INCOMPLETE_CAUSES
+from harness.model.vocab import KINDS
 from harness.pytest_plugin.compare import SHARED_INPUT, controller_shared_dir
 from harness.pytest_plugin.options import _opt_path
 from harness.pytest_plugin.publish import WORKER_RUNS_KEY
@@ -112,9 +113,20 @@ def merge_session(config: pytest.Config) -> Path | None:
     return out
 
 
+def case_kind(nodeid: str) -> str | None:
+    """The kind of the case item ``nodeid`` names (``<kind>/<id>[<platform>]``); None for any
+    other item (a session's own tests, where the plugin is installed, are never case items)."""
+    _, sep, name = nodeid.rpartition("::")
+    kind = name.split("/", 1)[0]
+    return kind if sep and "/" in name and name.endswith("]") and kind in KINDS else None
+
+
 def note_crash(config: pytest.Config, worker: str, nodeid: str) -> None:
-    """An xdist worker died while running ``nodeid`` (pytest counts it a failed item)."""
-    config.stash.setdefault(CRASHES_KEY, []).append(f"{worker} crashed while running {nodeid}")
+    """An xdist worker died while running ``nodeid`` (pytest counts it a failed item); only a
+    case item's death is the harness's: a test of the session's own may have killed it."""
+    if case_kind(nodeid) is not None:
+        crash = f"{worker} crashed while running {nodeid}"
+        config.stash.setdefault(CRASHES_KEY, []).append(crash)
 
 
 def incomplete(config: pytest.Config, failed: int) -> bool:
@@ -160,14 +172,29 @@ class XdistBatches:
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
         if config.getoption("dist") not in ("load", "no"):
             return None  # the user chose a distribution mode: respect it
+        if not _collects_cases(config):
+            return None  # a session of other tests, where the plugin is only installed
         from xdist.scheduler import LoadScopeScheduling
 
         class CaseBatchScheduling(LoadScopeScheduling):
             def _split_scope(self, nodeid: str) -> str:
-                head, sep, name = nodeid.rpartition("::")
-                # Case items are named "<kind>/<id>[<platform>]": one batch per kind.
-                if sep and "/" in name and name.endswith("]"):
-                    return f"{head}::{name.split('/', 1)[0]}"
+                kind = case_kind(nodeid)  # one batch per kind of case
+                if kind is not None:
+                    return f"{nodeid.rpartition('::')[0]}::{kind}"
                 return super()._split_scope(nodeid)
 
         return CaseBatchScheduling(config, log)
+
+
+def _collects_cases(config: pytest.Config) -> bool:
+    """Whether the session's arguments reach the harness package, which the plugin collects as
+    the case suite (``pytest harness/``, or a folder above it)."""
+    package = Path(__file__).resolve().parents[1]
+    for arg in config.args:
+        try:
+            path = (config.invocation_params.dir / arg.split("::")[0]).resolve()
+        except OSError:
+            continue
+        if path == package or path in package.parents:
+            return True
+    return False

@@ -344,3 +344,23 @@ def test_an_xdist_worker_that_dies_makes_the_session_incomplete_not_a_failed_che
     assert unreported and all(n.startswith("loader/") for n in unreported), merged.missing
     said = next(x for x in proc.stdout.splitlines() if "harness: no xdist worker reported" in x)
     assert all(n in said for n in unreported), said
+
+
+def test_a_test_of_the_session_s_own_that_kills_its_xdist_worker_stays_a_failure(
+    tmp_path: Path,
+) -> None:
+    """The plugin is loaded in every pytest session where it is installed: a test that is not
+    a case and kills its xdist worker (a segfault of its own) is a failure, exit 1, not the
+    harness's fault, and such a session keeps xdist's own scheduling (which runs the test that
+    crashed once, where the plugin's case batches would hand it to each replacement worker)."""
+    (tmp_path / "test_dies.py").write_text(
+        "import os\n\ndef test_dies():\n    os._exit(9)\n\ndef test_lives():\n    pass\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "test_dies.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "crashed while running 'test_dies.py::test_dies'" in proc.stdout
+    assert re.search(r"=+ 1 failed, 1 passed in ", proc.stdout), proc.stdout[-2000:]
+    assert "harness:" not in proc.stdout
