@@ -363,11 +363,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not hasattr(config, "workerinput") and compare_state is None:
         merged = xdist_runs.merge_session(config)
         if merged is not None:
-            config.stash[_RUN_DIR_KEY] = merged
+            config.stash[_RUN_DIR_KEY] = merged[0]
         if xdist_runs.incomplete(config, session.testsfailed) and session.exitstatus in (0, 1):
             session.exitstatus = INCOMPLETE
     incomplete: list[str] = config.stash.get(xdist_runs.INCOMPLETE_KEY, [])
-    publish_for_github(session.config, own, merged, incomplete)
+    publish_for_github(session.config, own, merged[1] if merged else None, incomplete)
 
 
 _RUN_DIR_KEY = pytest.StashKey[Path]()

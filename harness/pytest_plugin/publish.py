@@ -31,12 +31,12 @@ GITHUB_LINES_KEY = pytest.StashKey[list[str]]()
 def publish_for_github(
     config: pytest.Config,
     own: tuple[RunReport, Path, dict[str, int]] | None,
-    merged: Path | None = None,
+    merged: RunReport | None = None,
     incomplete: Sequence[str] = (),
 ) -> None:
     """Append summary.md to ``GITHUB_STEP_SUMMARY`` and collect the annotation commands of
     ``own`` (this session's run: report, folder, lines) and of the xdist workers' runs, or of
-    ``merged``, the run folder the controller merged those into; each reason the session is
+    ``merged``, the run the controller merged those into; each reason the session is
     ``incomplete`` (exit 3) is an error annotation of its own."""
     env = os.environ
     if not env.get("GITHUB_STEP_SUMMARY") and env.get("GITHUB_ACTIONS") != "true":
@@ -58,12 +58,9 @@ def publish_for_github(
     out = config.stash.setdefault(GITHUB_LINES_KEY, [])
     workers = config.stash.get(WORKER_RUNS_KEY, [])
     if merged is not None:
-        try:
-            lines_of = {case: line for _, lines in workers for case, line in lines.items()}
-            runs.append((read_report(merged), lines_of))
-            workers = []
-        except ReportFormatError as exc:
-            out.append(f"warning: GitHub summary of the merged run: {exc}")
+        lines_of = {case: line for _, lines in workers for case, line in lines.items()}
+        runs.append((merged, lines_of))
+        workers = []
     for run_dir_text, lines in workers:
         try:
             runs.append((read_report(Path(run_dir_text)), lines))

@@ -81,11 +81,12 @@ def merge_parts(
     return out_root / run_id, merged
 
 
-def merge_session(config: pytest.Config) -> Path | None:
+def merge_session(config: pytest.Config) -> tuple[Path, RunReport] | None:
     """In the xdist controller of a plain session: the workers' runs (handed over through
-    ``workeroutput``) merged into one run folder, returned. A merge that fails leaves the parts
-    and says why, and a merged run that misses a selected case says which (both in
-    :data:`INCOMPLETE_KEY`); neither changes an item's outcome (see :func:`incomplete`)."""
+    ``workeroutput``) merged into one run folder, returned with its report. A merge that
+    fails leaves the parts and says why, and a merged run that misses a selected case says
+    which (both in :data:`INCOMPLETE_KEY`); neither changes an item's outcome (see
+    :func:`incomplete`)."""
     runs = config.stash.get(WORKER_RUNS_KEY, [])
     if not runs or config.getoption("harness_shard") or config.getoption("harness_base"):
         return None
@@ -110,7 +111,7 @@ def merge_session(config: pytest.Config) -> Path | None:
     if unreported:
         names = ", ".join(unreported)
         _incomplete(config, f"no xdist worker reported {names}: the run is incomplete (exit 3)")
-    return out
+    return out, report
 
 
 def case_kind(nodeid: str) -> str | None:
