@@ -79,7 +79,12 @@ def harness_run(repo: Path, out: Path, run_id: str) -> subprocess.CompletedProce
         text=True,
         timeout=300,
         check=False,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        # No bytecode in the scratch tree: one working tree moves from commit to commit, and
+        # `slow` rewrites minitarget.py at its old size; within the second of the last compile
+        # (the runs are quick with a shared zygote), Python would take the stale .pyc as
+        # current and run the fast code again (CI, 2026-12-05: no regression found). A
+        # comparison or bisection checks each revision out in a fresh worktree instead.
+        env={**os.environ, "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"},
     )
 
 
