@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scratchrepo import REPO
 from twoenvs import CASE_NAME, git, make_project, make_venv
 
 from harness.model import Comparison
@@ -26,8 +25,6 @@ from harness.report.schema import validate_comparison
 
 # three virtual environments and a blessed run (`lab`): built once, on one xdist worker
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("two-envs")]
-
-RUNNER = str(REPO / "runners" / "cpu.toml")
 
 
 def cli(
@@ -64,7 +61,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "--references",
         str(lab["refs"]),
         "--runner",
-        RUNNER,
+        str(lab["runner"]),
         "--out",
         str(lab["runs"]),
         "--run-id",
@@ -108,7 +105,7 @@ def compare(
         "--references",
         str(lab["refs"]),
         "--runner",
-        RUNNER,
+        str(lab["runner"]),
         "--reuse-workers",  # environments, not latency, are the subject
         "--noise-dir",
         str(lab["runs"] / "noise"),
@@ -223,7 +220,7 @@ def test_c_two_saved_runs_from_two_runners_show_the_environment_beside_the_diver
             "--references",
             str(lab["refs"]),
             "--runner",
-            RUNNER,
+            str(lab["runner"]),
             "--out",
             str(lab["runs"]),
             "--run-id",

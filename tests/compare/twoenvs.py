@@ -20,6 +20,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[2]
+
 SCENARIO = '''\
 """A scenario whose output depends on the installed tinyav_knob."""
 
@@ -107,7 +109,7 @@ def git(repo: Path, *args: str) -> str:
 
 def make_project(root: Path) -> dict[str, Path]:
     """A git repository with the scenario under ``scen/`` (tag ``v1``), and a work folder with
-    the case file."""
+    the case file and the runner profile (``runner``)."""
     repo = root / "repo"
     (repo / "scen").mkdir(parents=True)
     (repo / "scen" / "knobscen.py").write_text(SCENARIO)
@@ -120,4 +122,18 @@ def make_project(root: Path) -> dict[str, Path]:
     work = root / "work"
     (work / "cases").mkdir(parents=True)
     (work / "cases" / "knob.toml").write_text(CASE)
-    return {"repo": repo, "work": work, "runs": root / "runs", "refs": root / "refs"}
+    # The repository's cpu profile, but its workers import no torch before their first case:
+    # the scenario uses numpy only, and each comparison round starts a zygote of its own per
+    # environment (7 in this module), ~1 s of CPU each for a torch nothing here uses.
+    cpu = (REPO / "runners" / "cpu.toml").read_text()
+    assert '\nname = "cpu"\n' in cpu
+    runner = work / "runners" / "cpu.toml"
+    runner.parent.mkdir()
+    runner.write_text(cpu.replace('\nname = "cpu"\n', '\nname = "cpu"\npreimport = []\n', 1))
+    return {
+        "repo": repo,
+        "work": work,
+        "runs": root / "runs",
+        "refs": root / "refs",
+        "runner": runner,
+    }

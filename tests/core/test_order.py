@@ -84,10 +84,12 @@ def test_plugin_harness_shuffle_collects_the_cases_in_that_order(
 ) -> None:
     (pytester.path / "code").mkdir()
     (pytester.path / "cases").mkdir()
-    from corecases import COLDMOD, TARGETS
+    from corecases import COLDMOD, TARGETS, TOY_RUNNER
 
     (pytester.path / "code" / "tmod.py").write_text(TARGETS)
     (pytester.path / "code" / "coldmod.py").write_text(COLDMOD)
+    (pytester.path / "runners").mkdir()
+    (pytester.path / "runners" / "cpu.toml").write_text(TOY_RUNNER)
     pytester.makeini("[pytest]\n")
     write_cases(pytester.path, "six.toml", SIX)
     want = [f"loader/{i.case.id}[cpu]" for i in shuffle_plan(plan_of(pytester.path), 3)]

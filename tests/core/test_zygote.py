@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from corecases import workers_alive
+from corecases import TOY_RUNNER, workers_alive
 
 from harness.execution.pool import WorkerPool, WorkerSpec
 from harness.execution.zygote import ForkedProcess
@@ -90,11 +90,18 @@ target = "envcase:hang"
 """
 
 
-def _project(root: Path) -> Path:
+def _project(root: Path, *, torch: bool = False) -> Path:
+    """The env and hang cases, which use no torch. ``torch``: the default profile (its workers
+    and zygote import numpy and torch first, as a stack's do); else a profile whose workers
+    import neither (``preimport = []``): the zygote's life (shared, idle, killed, refused) is
+    the same, without ~1 s of CPU per zygote."""
     (root / "code").mkdir(parents=True)
     (root / "code" / "envcase.py").write_text(DUMP)
     (root / "cases").mkdir()
     (root / "cases" / "env.toml").write_text(CASE)
+    if not torch:
+        (root / "runners").mkdir()
+        (root / "runners" / "cpu.toml").write_text(TOY_RUNNER)
     return root
 
 
@@ -146,7 +153,9 @@ def _gone(pid: int, timeout: float = 30.0) -> bool:
 @pytest.mark.slow
 @pytest.mark.parametrize("shared", [False, True], ids=["private", "shared"])
 def test_a_forked_worker_is_the_worker_a_plain_spawn_starts(tmp_path: Path, shared: bool) -> None:
-    root = _project(tmp_path)
+    # with torch preimported: what its import does to a process (threads, signals, modules,
+    # descriptors) is part of what the fork must reproduce
+    root = _project(tmp_path, torch=True)
     folder = tmp_path / "zygotes" if shared else None
     spawned, spawned_log = _run(root, "0", "spawned", folder)
     forked, forked_log = _run(root, "1", "forked", folder, HARNESS_ZYGOTE_IDLE="3")
@@ -210,8 +219,9 @@ def test_the_runs_of_two_xdist_workers_share_a_zygote_and_each_worker_has_its_ow
     tmp_path: Path,
 ) -> None:
     """pytest-xdist names each of its workers in the environment (``PYTEST_XDIST_WORKER``):
-    `pytest harness/ -n 2` with shared zygotes imports torch once, not once per xdist worker,
-    and each harness worker still sees the name of the xdist worker that asked for it."""
+    `pytest harness/ -n 2` with shared zygotes imports its preimports (torch) once, not once
+    per xdist worker, and each harness worker still sees the name of the xdist worker that
+    asked for it."""
     root = _project(tmp_path)
     folder = tmp_path / "zygotes"
     dump = str(root / "facts.json")
@@ -324,7 +334,7 @@ def test_a_forked_worker_is_found_alive_by_the_files_it_holds_and_gone_after_clo
     monkeypatch.setenv("HARNESS_FORK_WORKERS", "1")
     pool = WorkerPool(tmp_path / "workers")
     try:
-        handle = pool.get(WorkerSpec("cpu"))
+        handle = pool.get(WorkerSpec("cpu", preimport=()))
         assert isinstance(handle.proc, ForkedProcess)
         alive = workers_alive(tmp_path / "workers")
         assert [line.split(":")[0] for line in alive] == [str(handle.pid)], alive

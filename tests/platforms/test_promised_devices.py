@@ -27,6 +27,7 @@ def project(tmp_path: Path) -> Path:
     )
     (tmp_path / "npu-box.toml").write_text(
         'name = "npu-box"\nplatform = "npu"\narch = "Ascend910B3"\ndevice_count = 1\n'
+        "preimport = []\n"  # the target uses no torch: its worker need not import it
     )
     return tmp_path
 
