@@ -1,0 +1,42 @@
+"""Import, in one process, what the test processes import: each module is compiled to bytecode
+once here, before the tests, instead of in each of the test session's first processes at once
+(`.ci/run` installs without compiling; see the comment there). Nothing is asserted: a module
+that does not import (an optional extra not installed) is left to the tests to report."""
+
+from __future__ import annotations
+
+import importlib
+
+MODULES = (
+    "torch",
+    "numpy",
+    "scipy.stats",
+    "skimage.metrics",
+    "av",
+    "PIL.Image",
+    "safetensors.torch",
+    "jinja2",
+    "fastapi",
+    "uvicorn",
+    "httpx",
+    "harness.cli",
+    "harness.worker.main",
+    "harness.worker.attempt",
+    "harness.checks.quality",
+    "harness.references.layered",
+    "harness.pytest_plugin",
+    # the diffusers stack's cases and tests (the `diffusers` extra)
+    "diffusers.models.transformers.transformer_wan",
+    "diffusers.pipelines.wan",
+    "diffusers.pipelines.ltx2",
+    "diffusers.pipelines.ltx2.vocoder",
+    "transformers.models.umt5",
+    "transformers.models.gemma3",
+    "transformers.models.clip",
+)
+
+for name in MODULES:
+    try:
+        importlib.import_module(name)
+    except Exception as exc:  # reported by the tests that need it
+        print(f"warm-up: {name} did not import: {exc!r}")
