@@ -19,6 +19,8 @@ imported only inside the functions that need them, so importing this module stay
 
 from __future__ import annotations
 
+import email.message
+import email.parser
 import hashlib
 import importlib.metadata
 import json
@@ -216,15 +218,27 @@ def packages() -> dict[str, str]:
 
     Names are normalized as pip compares them (``Tinyav_Knob`` -> ``tinyav-knob``); where a
     distribution is installed twice on ``sys.path`` the first one wins, as an import would.
-    Only metadata is read (nothing is imported), which takes tens of milliseconds.
+    Only metadata is read (nothing is imported), and of each ``METADATA`` only its header, where
+    ``Name`` and ``Version`` are: parsing the whole file (``Distribution.metadata``, which
+    ``Distribution.version`` parses again) reads every long description, ~50 ms a worker for an
+    environment with torch, transformers and diffusers, against ~4 ms.
     """
     found: dict[str, str] = {}
     for dist in importlib.metadata.distributions():
-        name = dist.metadata["Name"] if dist.metadata else None
-        if not isinstance(name, str) or not name:
+        header = _metadata_header(dist)
+        name, version = header.get("Name"), header.get("Version")
+        if not isinstance(name, str) or not name or not isinstance(version, str):
             continue  # a broken .dist-info (no METADATA): nothing to name it by
-        found.setdefault(_SEPARATORS.sub("-", name).lower(), str(dist.version))
+        found.setdefault(_SEPARATORS.sub("-", name).lower(), version)
     return dict(sorted(found.items()))
+
+
+def _metadata_header(dist: importlib.metadata.Distribution) -> email.message.Message:
+    """The header fields of ``dist``'s core metadata (``METADATA``, or an egg's ``PKG-INFO``,
+    as :attr:`importlib.metadata.Distribution.metadata` reads them), without its body."""
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
+    head = re.split(r"\r?\n\r?\n", text, maxsplit=1)[0]
+    return email.parser.HeaderParser().parsestr(head)
 
 
 def _dist_version(name: str) -> str | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from harness.errors import UsageError
 from harness.model import Attempt, CaseResult, Comparison, EnvDiff, RunReport, SideInfo
 from harness.report.comparison_md import comparison_markdown
 from harness.report.schema import validate_comparison
-from harness.worker.envinfo import collect_env, packages
+from harness.worker.envinfo import _metadata_header, collect_env, packages
 
 
 @pytest.fixture
@@ -161,6 +162,27 @@ def test_the_env_record_lists_every_distribution_by_canonical_name_sorted(
     assert found["scikit-image"] == importlib.metadata.version("scikit-image")
     assert all(n == n.lower() and "_" not in n and "." not in n for n in found)
     assert here["packages"] == found
+    # the same as reading each distribution's whole metadata (only its header is read)
+    whole: dict[str, str] = {}
+    for dist in importlib.metadata.distributions():
+        if dist.metadata and dist.metadata["Name"]:
+            name = re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower()
+            whole.setdefault(name, dist.version)
+    assert found == dict(sorted(whole.items()))
+
+
+def test_a_distribution_s_name_and_version_come_from_its_metadata_header(tmp_path: Path) -> None:
+    info = tmp_path / "tinyav_knob-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_bytes(
+        b"Metadata-Version: 2.1\r\nName: Tinyav_Knob\r\nVersion: 1.0\r\n"
+        b"Summary: a summary\r\n  folded onto a second line\r\n\r\n"
+        b"Name: not-this\r\nVersion: 9\r\n"  # the long description, not the header
+    )
+    dist = importlib.metadata.PathDistribution(info)
+    header = _metadata_header(dist)
+    assert (header["Name"], header["Version"]) == ("Tinyav_Knob", "1.0")
+    assert (header["Name"], header["Version"]) == (dist.metadata["Name"], dist.version)
 
 
 def env(python: str = "3.11.7", **pkgs: str) -> dict[str, Any]:
