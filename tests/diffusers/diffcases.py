@@ -4,6 +4,7 @@ scratch checkout holding a copy of the scenario package (to commit a planted bug
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -12,8 +13,24 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 CODE_ROOT = REPO / "targets" / "diffusers_scenarios"
+
+
+def require_diffusers(reason: str) -> None:
+    """Skip the calling test module where diffusers is not installed, without importing it:
+    ``pytest.importorskip`` imports it (~1.3 s of CPU, with the ``torch._dynamo`` it imports)
+    in each xdist worker's collection, though most of these tests run it in subprocesses. A
+    diffusers that is installed but does not import fails the tests that use it: not a skip."""
+    if importlib.util.find_spec("diffusers") is None:
+        pytest.skip(reason, allow_module_level=True)
+
+
+# The tests that build diffusers' models in the test process share one xdist worker, which
+# imports diffusers' and transformers' model modules (~2.5 s of CPU) once.
+IN_PROCESS = pytest.mark.xdist_group("diffusers-in-process")
 
 
 def weights_digest(pipe: Any) -> str:

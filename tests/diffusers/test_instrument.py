@@ -11,17 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, SCENARIOS
-from diffcases import weights_digest
-
-pytest.importorskip("diffusers", reason="the diffusers extra is not installed")
-
-import diffusers
 import torch
-from diffusers_scenarios import components, scenarios
+from conftest import REPO, SCENARIOS
+from diffcases import IN_PROCESS, require_diffusers, weights_digest
+from diffusers_scenarios import components, scenarios  # diffusers is imported where used
 from diffusers_scenarios.instrument import WAN_STAGES, Instrument, hook_counts
 
 from harness import probe
+
+require_diffusers("the diffusers extra is not installed")
+pytestmark = IN_PROCESS
 
 
 @pytest.fixture
@@ -161,4 +160,6 @@ def test_the_scenario_runs_outside_the_harness_as_plain_code() -> None:
     assert not probe.active()
     out = scenarios.wan_t2v(seed=42, num_frames=5)
     assert out["video"].shape == (5, 32, 32, 3) and out["video"].dtype.name == "uint8"
+    import diffusers
+
     assert diffusers.__version__  # the real package, not a stand-in

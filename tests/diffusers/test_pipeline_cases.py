@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 from conftest import REPO, by_id, harness, report
-from diffcases import suite_cases
+from diffcases import require_diffusers, suite_cases
 
 from harness.model.vocab import number_from_json
 
-pytest.importorskip("diffusers", reason="the diffusers extra is not installed")
+require_diffusers("the diffusers extra is not installed")
 pytestmark = pytest.mark.slow
 
 CASES = REPO / "cases" / "diffusers" / "pipeline.toml"

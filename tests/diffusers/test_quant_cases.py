@@ -8,12 +8,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-pytest.importorskip("diffusers", reason="the diffusers scenarios need diffusers installed")
-
-from diffcases import REPO, by_id, checks_of, harness_run, scratch_checkout, suite_cases
+from diffcases import (
+    REPO,
+    by_id,
+    checks_of,
+    harness_run,
+    require_diffusers,
+    scratch_checkout,
+    suite_cases,
+)
 
 from harness.cases import load_file
+
+require_diffusers("the diffusers scenarios need diffusers installed")
 
 pytestmark = pytest.mark.slow
 

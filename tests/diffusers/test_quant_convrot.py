@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from diffcases import IN_PROCESS, require_diffusers
 
-pytest.importorskip("diffusers", reason="the diffusers scenarios need diffusers installed")
+require_diffusers("the diffusers scenarios need diffusers installed")
+pytestmark = IN_PROCESS
 
 ROOT = Path(__file__).resolve().parents[2]
 CODE_ROOT = ROOT / "targets" / "diffusers_scenarios"
