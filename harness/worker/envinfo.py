@@ -19,14 +19,10 @@ imported only inside the functions that need them, so importing this module stay
 
 from __future__ import annotations
 
-import email.message
-import email.parser
 import hashlib
-import importlib.metadata
 import json
 import os
 import platform as _platform
-import re
 import shutil
 import socket
 import stat
@@ -37,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import platforms
+from harness.worker.distributions import packages
 from harness.worker.machineinfo import cpu_flags, runner_image
 
 __all__ = ["ENV_KEYS", "OPTIONAL_ENV_KEYS", "collect_env", "env_digest", "git_state", "packages"]
@@ -107,6 +104,7 @@ def collect_env(code_root: Path | None) -> dict[str, Any]:
     """
     torch_info, devices = _torch_and_devices()
     runner_name, ci, provider = _runner()
+    installed = packages()
     return {
         "python": {
             "version": _platform.python_version(),
@@ -123,14 +121,14 @@ def collect_env(code_root: Path | None) -> dict[str, Any]:
         "devices": devices,
         "device_count": len(devices),
         "driver": _driver(),
-        "triton": _dist_version("triton") or _dist_version("pytorch-triton-rocm"),
-        "numpy": _dist_version("numpy"),
-        "scipy": _dist_version("scipy"),
-        "scikit_image": _dist_version("scikit-image"),
-        "av": _dist_version("av"),
+        "triton": installed.get("triton") or installed.get("pytorch-triton-rocm"),
+        "numpy": installed.get("numpy"),
+        "scipy": installed.get("scipy"),
+        "scikit_image": installed.get("scikit-image"),
+        "av": installed.get("av"),
         "ffmpeg": _ffmpeg_version(),
-        "safetensors": _dist_version("safetensors"),
-        "blake3": _dist_version("blake3"),
+        "safetensors": installed.get("safetensors"),
+        "blake3": installed.get("blake3"),
         "hostname": socket.gethostname(),
         "runner_name": runner_name,
         "ci": ci,
@@ -138,7 +136,7 @@ def collect_env(code_root: Path | None) -> dict[str, Any]:
         "git": git_state(code_root),
         # Per real platform (the CPU too): driver, runtime, arch, devices, memory, clocks.
         "platform_fingerprints": _platform_fingerprints(),
-        "packages": packages(),
+        "packages": installed,
         # What else tells two runners apart (harness.worker.machineinfo).
         "cpu_flags": cpu_flags(),
         "runner_image": runner_image(),
@@ -206,46 +204,6 @@ def env_digest(env: Mapping[str, Any]) -> str:
     basis = env_basis(env)
     text = json.dumps(basis, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-# --- packages ------------------------------------------------------------------------------
-
-_SEPARATORS = re.compile(r"[-_.]+")
-
-
-def packages() -> dict[str, str]:
-    """Every distribution this interpreter can import, canonical name -> version, sorted.
-
-    Names are normalized as pip compares them (``Tinyav_Knob`` -> ``tinyav-knob``); where a
-    distribution is installed twice on ``sys.path`` the first one wins, as an import would.
-    Only metadata is read (nothing is imported), and of each ``METADATA`` only its header, where
-    ``Name`` and ``Version`` are: parsing the whole file (``Distribution.metadata``, which
-    ``Distribution.version`` parses again) reads every long description, ~50 ms a worker for an
-    environment with torch, transformers and diffusers, against ~4 ms.
-    """
-    found: dict[str, str] = {}
-    for dist in importlib.metadata.distributions():
-        header = _metadata_header(dist)
-        name, version = header.get("Name"), header.get("Version")
-        if not isinstance(name, str) or not name or not isinstance(version, str):
-            continue  # a broken .dist-info (no METADATA): nothing to name it by
-        found.setdefault(_SEPARATORS.sub("-", name).lower(), version)
-    return dict(sorted(found.items()))
-
-
-def _metadata_header(dist: importlib.metadata.Distribution) -> email.message.Message:
-    """The header fields of ``dist``'s core metadata (``METADATA``, or an egg's ``PKG-INFO``,
-    as :attr:`importlib.metadata.Distribution.metadata` reads them), without its body."""
-    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
-    head = re.split(r"\r?\n\r?\n", text, maxsplit=1)[0]
-    return email.parser.HeaderParser().parsestr(head)
-
-
-def _dist_version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def _ffmpeg_version() -> str | None:

@@ -24,7 +24,8 @@ from harness.errors import UsageError
 from harness.model import Attempt, CaseResult, Comparison, EnvDiff, RunReport, SideInfo
 from harness.report.comparison_md import comparison_markdown
 from harness.report.schema import validate_comparison
-from harness.worker.envinfo import _metadata_header, collect_env, packages
+from harness.worker.distributions import _metadata_header, packages
+from harness.worker.envinfo import collect_env
 
 
 @pytest.fixture
