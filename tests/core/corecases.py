@@ -115,6 +115,12 @@ COLDMOD = "VALUE = 1\n"
 TOY_RUNNER = 'name = "cpu"\nplatform = "cpu"\npreimport = []\n'
 
 
+def write_toy_runner(root: Path) -> None:
+    """``root``'s default runner profile (runners/cpu.toml): :data:`TOY_RUNNER`."""
+    (root / "runners").mkdir()
+    (root / "runners" / "cpu.toml").write_text(TOY_RUNNER)
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A scratch project: targets in code/, cases in cases/, reports go to reports/."""
@@ -123,8 +129,7 @@ def project(tmp_path: Path) -> Path:
     (code / "tmod.py").write_text(TARGETS)
     (code / "coldmod.py").write_text(COLDMOD)
     (tmp_path / "cases").mkdir()
-    (tmp_path / "runners").mkdir()
-    (tmp_path / "runners" / "cpu.toml").write_text(TOY_RUNNER)
+    write_toy_runner(tmp_path)
     return tmp_path
 
 

@@ -84,12 +84,11 @@ def test_plugin_harness_shuffle_collects_the_cases_in_that_order(
 ) -> None:
     (pytester.path / "code").mkdir()
     (pytester.path / "cases").mkdir()
-    from corecases import COLDMOD, TARGETS, TOY_RUNNER
+    from corecases import COLDMOD, TARGETS, write_toy_runner
 
     (pytester.path / "code" / "tmod.py").write_text(TARGETS)
     (pytester.path / "code" / "coldmod.py").write_text(COLDMOD)
-    (pytester.path / "runners").mkdir()
-    (pytester.path / "runners" / "cpu.toml").write_text(TOY_RUNNER)
+    write_toy_runner(pytester.path)
     pytester.makeini("[pytest]\n")
     write_cases(pytester.path, "six.toml", SIX)
     want = [f"loader/{i.case.id}[cpu]" for i in shuffle_plan(plan_of(pytester.path), 3)]

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from corecases import COLDMOD, TARGETS, TOY_RUNNER, run_plugin
+from corecases import COLDMOD, TARGETS, run_plugin, write_toy_runner
 
 import harness
 
@@ -60,8 +60,7 @@ def suite(pytester: pytest.Pytester) -> pytest.Pytester:
     (code / "coldmod.py").write_text(COLDMOD)
     cases = pytester.path / "cases"
     cases.mkdir()
-    (pytester.path / "runners").mkdir()
-    (pytester.path / "runners" / "cpu.toml").write_text(TOY_RUNNER)
+    write_toy_runner(pytester.path)
     pytester.makeini("[pytest]\n")
     for name, body in CASES.items():
         (cases / name).write_text(body.replace("MARKER", str(pytester.path / "marker")))

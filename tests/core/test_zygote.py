@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from corecases import TOY_RUNNER, workers_alive
+from corecases import workers_alive, write_toy_runner
 
 from harness.execution.pool import WorkerPool, WorkerSpec
 from harness.execution.zygote import ForkedProcess
@@ -100,8 +100,7 @@ def _project(root: Path, *, torch: bool = False) -> Path:
     (root / "cases").mkdir()
     (root / "cases" / "env.toml").write_text(CASE)
     if not torch:
-        (root / "runners").mkdir()
-        (root / "runners" / "cpu.toml").write_text(TOY_RUNNER)
+        write_toy_runner(root)
     return root
 
 
@@ -219,9 +218,9 @@ def test_the_runs_of_two_xdist_workers_share_a_zygote_and_each_worker_has_its_ow
     tmp_path: Path,
 ) -> None:
     """pytest-xdist names each of its workers in the environment (``PYTEST_XDIST_WORKER``):
-    `pytest harness/ -n 2` with shared zygotes imports its preimports (torch) once, not once
-    per xdist worker, and each harness worker still sees the name of the xdist worker that
-    asked for it."""
+    `pytest harness/ -n 2` with shared zygotes starts one zygote (which imports the profile's
+    preimports, torch by default), not one per xdist worker, and each harness worker still
+    sees the name of the xdist worker that asked for it."""
     root = _project(tmp_path)
     folder = tmp_path / "zygotes"
     dump = str(root / "facts.json")
