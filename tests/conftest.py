@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,6 +61,28 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         stop_shared(folder)
         shutil.rmtree(folder, ignore_errors=True)
         os.environ.pop(SHARED_ENV, None)
+
+
+@pytest.fixture(autouse=True)
+def _environment_as_before() -> Iterator[None]:
+    """The test process's environment after each test is what it was before it. What a test
+    sets with ``monkeypatch`` is undone anyway; this undoes what libraries set as a side
+    effect, such as ``TORCHINDUCTOR_CACHE_DIR``, which torch's inductor writes into
+    ``os.environ`` the first time the in-process diffusers tests import it. Every process a
+    later test started in this xdist worker inherited it, so their zygotes' keys
+    (harness.execution.zygote) differed from the same runs' in the other workers: 20 of the
+    session's 49 zygotes had it, 4 of them started for that alone, each importing torch. And
+    a test's result must not depend on which tests ran before it in the same worker."""
+    before = dict(os.environ)
+    yield
+    before.pop("PYTEST_CURRENT_TEST", None)  # pytest's own, set per phase
+    now = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    if now != before:
+        for name in now.keys() - before.keys():
+            del os.environ[name]
+        for name, value in before.items():
+            if now.get(name) != value:
+                os.environ[name] = value
 
 
 @pytest.fixture(autouse=True)

@@ -150,32 +150,35 @@ def _gone(pid: int, timeout: float = 30.0) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("shared", [False, True], ids=["private", "shared"])
-def test_a_forked_worker_is_the_worker_a_plain_spawn_starts(tmp_path: Path, shared: bool) -> None:
+def test_a_forked_worker_is_the_worker_a_plain_spawn_starts(tmp_path: Path) -> None:
     # with torch preimported: what its import does to a process (threads, signals, modules,
-    # descriptors) is part of what the fork must reproduce
+    # descriptors) is part of what the fork must reproduce. One plain spawn, against a worker
+    # forked from a private zygote and one from a shared zygote (HARNESS_ZYGOTE_DIR).
     root = _project(tmp_path, torch=True)
-    folder = tmp_path / "zygotes" if shared else None
-    spawned, spawned_log = _run(root, "0", "spawned", folder)
-    forked, forked_log = _run(root, "1", "forked", folder, HARNESS_ZYGOTE_IDLE="3")
+    folder = tmp_path / "zygotes"
+    spawned, spawned_log = _run(root, "0", "spawned")
+    private, private_log = _run(root, "1", "private", HARNESS_ZYGOTE_IDLE="3")
+    shared, shared_log = _run(root, "1", "shared", folder, HARNESS_ZYGOTE_IDLE="3")
     assert "spawned, not forked: HARNESS_FORK_WORKERS is off" in spawned_log
-    assert "spawned, not forked" not in forked_log, forked_log
-    assert (" forked from shared zygote " in forked_log) is shared, forked_log
     # what differs between any two runs, forked or not
-    for facts in (spawned, forked):
+    for facts in (spawned, private, shared):
         for key in ("ENVDUMP", "HARNESS_FORK_WORKERS", "HARNESS_MANAGER_PID"):
             facts["environ"].pop(key)
-    forked["environ"].pop("HARNESS_ZYGOTE_IDLE")
-    for key in spawned:
-        if key != "ppid":
-            assert forked[key] == spawned[key], key
-    assert forked["ppid"] == _forked_from(forked_log)
-    if not shared:  # the forked worker's parent was the zygote, and it is gone with the run
-        assert not Path(f"/proc/{forked['ppid']}").exists()
-    else:  # a shared zygote outlives the run, then exits once idle, and takes its socket
-        assert folder is not None
-        assert _gone(forked["ppid"]), f"the shared zygote {forked['ppid']} is still there"
-        assert not list(folder.glob("*.sock"))
+    # the one variable the shared zygote's run had that the others did not: passed on as is
+    assert shared["environ"].pop(SHARED_ENV) == str(folder)
+    for forked, log, is_shared in ((private, private_log, False), (shared, shared_log, True)):
+        assert "spawned, not forked" not in log, log
+        assert (" forked from shared zygote " in log) is is_shared, log
+        forked["environ"].pop("HARNESS_ZYGOTE_IDLE")
+        for key in spawned:
+            if key != "ppid":
+                assert forked[key] == spawned[key], key
+        assert forked["ppid"] == _forked_from(log)
+    # the private zygote is gone with its run
+    assert not Path(f"/proc/{private['ppid']}").exists()
+    # a shared zygote outlives the run, then exits once idle, and takes its socket
+    assert _gone(shared["ppid"]), f"the shared zygote {shared['ppid']} is still there"
+    assert not list(folder.glob("*.sock"))
 
 
 @pytest.mark.slow

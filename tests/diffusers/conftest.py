@@ -1,5 +1,6 @@
-"""Helpers for the diffusers scenario tests: the repository, the CLI in a subprocess, and a
-Python environment that is this one minus diffusers (for the honest-skip tests)."""
+"""Helpers for the diffusers scenario tests: the repository, the CLI in a subprocess, weights
+built in a fresh interpreter, and a Python environment that is this one minus diffusers (for
+the honest-skip tests)."""
 
 from __future__ import annotations
 
@@ -46,6 +47,48 @@ def report(run_dir: Path) -> dict[str, Any]:
 
 def by_id(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["id"]: c for c in doc["cases"]}
+
+
+# Built in a fresh interpreter whose environment names nothing but the import path: the
+# instrumented pipelines (ltx2 and wan, seeds 42 and 43) and the ComfyUI loader's tiny Wan
+# transformer (seed 5), each as the sha256 of its weights.
+FRESH_DIGESTS = """
+import hashlib, torch
+torch.set_num_threads(1)
+from diffcases import weights_digest
+from diffusers_scenarios.components import build
+from diffusers_scenarios.transformer_ckpt import TINY_WAN, build_wan
+for seed in (42, 43):
+    for name in ("ltx2", "wan"):
+        print("pipeline", name, seed, weights_digest(build(name, seed)))
+h = hashlib.sha256()
+for k, v in sorted(build_wan(TINY_WAN, 5).state_dict().items()):
+    h.update(k.encode() + v.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+print("transformer", "wan", 5, h.hexdigest())
+"""
+
+
+@pytest.fixture(scope="session")
+def fresh_digests() -> dict[tuple[str, str, int], str]:
+    """``(what, name, seed) -> sha256 of its weights``, built in one fresh interpreter, for the
+    tests that hold a fresh process's weights equal to their own process's
+    (test_instrument.py, test_loader_convert.py; one xdist worker runs both). One interpreter
+    for both: each imports torch, diffusers and transformers, ~3 s of CPU."""
+    proc = subprocess.run(
+        [sys.executable, "-c", FRESH_DIGESTS],
+        env={
+            "PYTHONPATH": os.pathsep.join([str(SCENARIOS), str(REPO), str(Path(__file__).parent)]),
+            "PATH": "/usr/bin:/bin",
+        },
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    rows = [line.split() for line in proc.stdout.splitlines() if line.count(" ") == 3]
+    digests = {(what, name, int(seed)): digest for what, name, seed, digest in rows}
+    assert len(digests) == 5, proc.stdout + proc.stderr[-2000:]
+    return digests
 
 
 def _hidden(name: str, hide: tuple[str, ...]) -> bool:

@@ -4,15 +4,12 @@ when the call fails; nothing in diffusers is replaced."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from conftest import REPO, SCENARIOS
 from diffcases import IN_PROCESS, require_diffusers, weights_digest
 from diffusers_scenarios import components, scenarios  # diffusers is imported where used
 from diffusers_scenarios.instrument import WAN_STAGES, Instrument, hook_counts
@@ -35,40 +32,18 @@ def recorder(tmp_path: Path) -> Iterator[Any]:
         torch.set_num_threads(before)
 
 
-DIGEST = """
-import sys, torch
-torch.set_num_threads(1)
-from diffcases import weights_digest
-from diffusers_scenarios.components import build
-for seed in sys.argv[1:]:
-    for name in ("ltx2", "wan"):
-        print(name, seed, weights_digest(build(name, int(seed))))
-"""
-
-
-def digests(*seeds: int) -> dict[tuple[str, int], str]:
-    """``(pipeline, seed) -> sha256 of every weight``, built in a fresh interpreter."""
-    proc = subprocess.run(
-        [sys.executable, "-c", DIGEST, *map(str, seeds)],
-        env={"PYTHONPATH": f"{SCENARIOS}:{REPO}:{Path(__file__).parent}", "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
-    )
-    rows = [line.split() for line in proc.stdout.splitlines() if line.count(" ") == 2]
-    return {(name, int(seed)): digest for name, seed, digest in rows}
-
-
 @pytest.mark.slow
-def test_two_processes_build_identical_weights_and_the_seed_matters() -> None:
-    """A fresh interpreter and this one (whose global generator and threads earlier tests
-    have used) build the same weights; another seed builds others. (One fresh process: a
-    second cost 4-14 s of CI and checked nothing this one does not.)"""
-    fresh = digests(42, 43)
+def test_two_processes_build_identical_weights_and_the_seed_matters(
+    fresh_digests: dict[tuple[str, str, int], str],
+) -> None:
+    """A fresh interpreter (``fresh_digests``, tests/diffusers/conftest.py) and this one (whose
+    global generator and threads earlier tests have used) build the same weights; another seed
+    builds others. (One fresh process: a second cost 4-14 s of CI and checked nothing this one
+    does not.)"""
     for name in ("ltx2", "wan"):
-        assert fresh[(name, 42)] == weights_digest(components.build(name, 42)), name
-        assert fresh[(name, 43)] != fresh[(name, 42)], name
+        fresh = fresh_digests[("pipeline", name, 42)]
+        assert fresh == weights_digest(components.build(name, 42)), name
+        assert fresh_digests[("pipeline", name, 43)] != fresh, name
 
 
 def test_building_leaves_the_global_generator_alone() -> None:
