@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.cli.suite import add_suite_args
 from harness.cli.usage import writable_folder
+from harness.compare.sequential import looks_up_to
 from harness.errors import UsageError
 
 if TYPE_CHECKING:
@@ -168,23 +169,13 @@ def runs_per_round_arg(n: int | None) -> int | None:
     return n
 
 
-# Where a batch looks: 3, 5, 7 rounds (DESIGN), then about 1.4 times further each look, so a
-# batch allowed more rounds (--rounds 20 on a noisy runner) still stops early on a clear result.
-_LOOKS = (3, 5, 7, 10, 14, 20, 28, 40, 56, 80, 112, 160)
-
-
 def looks_for(rounds: int | None) -> tuple[int, ...]:
-    """Looks at 3, 5, 7 rounds, then 10, 14, 20, ... (each about 1.4x the last), cut at
-    ``rounds`` (which is always the last look).
-
-        >>> looks_for(None), looks_for(5), looks_for(20), looks_for(24)
-        ((3, 5, 7), (3, 5), (3, 5, 7, 10, 14, 20), (3, 5, 7, 10, 14, 20, 24))
-    """
-    if rounds is None:
-        return (3, 5, 7)
-    if not 2 <= rounds <= 200:
-        raise UsageError(f"--rounds {rounds}: expected an integer from 2 to 200")
-    return (*(n for n in _LOOKS if n < rounds), rounds)
+    """``--rounds``: where a batch looks (:func:`harness.compare.sequential.looks_up_to`);
+    out of range, a usage error."""
+    try:
+        return looks_up_to(rounds)
+    except ValueError as exc:
+        raise UsageError(f"--rounds {rounds}: {exc}") from None
 
 
 def _interruptible(run: Callable[[], Comparison]) -> Comparison:

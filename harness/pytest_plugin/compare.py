@@ -175,6 +175,7 @@ def _state(config: pytest.Config) -> _CompareState:
 def _run(first: ComparisonItem) -> _CompareState:
     from harness.compare.latency import LatencySettings
     from harness.compare.run import CompareRequest, compare_revisions
+    from harness.compare.sequential import looks_up_to
     from harness.errors import HarnessError
     from harness.platforms.profile import resolve_profile
 
@@ -195,7 +196,10 @@ def _run(first: ComparisonItem) -> _CompareState:
         out_root=_opt_path(config, "harness_out", "reports"),
         profile=profile,
         references_root=_opt_path(config, "harness_references", "references"),
-        latency=LatencySettings(delta=profile.compare_delta or 0.05),
+        latency=LatencySettings(
+            delta=profile.compare_delta or 0.05,
+            looks=looks_up_to(config.getoption("harness_rounds")),
+        ),
         quality_margins=dict(profile.compare_margins),
         worker_per_round=not config.getoption("harness_reuse_workers"),
         noise_dir=root / "runners" / "noise",
@@ -214,8 +218,17 @@ def _run(first: ComparisonItem) -> _CompareState:
 
 
 def check_base_option(config: pytest.Config) -> None:
-    """--harness-base and --harness-head must name commits of the rootdir's repository: a
-    usage error before collection, not a failure of every item."""
+    """--harness-base and --harness-head must name commits of the rootdir's repository, and
+    --harness-rounds a number of rounds a comparison can run: a usage error before
+    collection, not a failure of every item."""
+    rounds = config.getoption("harness_rounds")
+    if rounds is not None:
+        from harness.compare.sequential import looks_up_to
+
+        try:
+            looks_up_to(rounds)
+        except ValueError as exc:
+            raise pytest.UsageError(f"--harness-rounds {rounds}: {exc}") from None
     base = config.getoption("harness_base")
     if not base:
         return

@@ -110,6 +110,14 @@ def add_options(parser: pytest.Parser) -> None:
         help="with --harness-base: one worker per side instead of a fresh pair per round",
     )
     group.addoption(
+        "--harness-rounds",
+        metavar="N",
+        type=int,
+        default=None,
+        help="with --harness-base: most rounds per batch, 2-200 (default 7; as harness compare "
+        "--rounds)",
+    )
+    group.addoption(
         "--harness-real-only",
         action="store_true",
         default=False,

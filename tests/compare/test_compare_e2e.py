@@ -406,6 +406,8 @@ def test_pytest_harness_base_turns_verdicts_into_item_outcomes(scratch: Any) -> 
             "--harness-head",
             "adaln-swap",
             "--harness-reuse-workers",  # quality, not latency, is the subject
+            "--harness-rounds",  # one look at 2 rounds (the default looks at 3, 5 and 7)
+            "2",
             "--harness-cases",
             str(scratch["work"] / "cases"),
             "--harness-references",
@@ -433,6 +435,7 @@ def test_pytest_harness_base_turns_verdicts_into_item_outcomes(scratch: Any) -> 
     assert "harness comparison:" in out
     (comparison,) = (scratch["runs"] / "pytest").glob("*/comparison.json")
     doc = comparison_folder(comparison.parent)
+    assert case(doc)["rounds"] == 2  # --harness-rounds, as harness compare --rounds
     # (g) the AdaLN chunk swap, read from this comparison (its own `harness compare` of the
     # same two revisions cost ~25 s of CI): every absolute threshold passes, so `harness run`
     # alone would not see it, but it regresses against base from the first denoising step

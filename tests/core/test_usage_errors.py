@@ -144,6 +144,12 @@ def test_pytest_with_a_bogus_platform_is_a_usage_error(tmp_path: Path) -> None:
     assert "--harness-platform 'bogus'" in proc.stderr and "cpu" in proc.stderr
 
 
+def test_pytest_harness_rounds_out_of_range_is_a_usage_error(tmp_path: Path) -> None:
+    proc = pytest_run(tmp_path, "--harness-rounds", "1")
+    assert proc.returncode == pytest.ExitCode.USAGE_ERROR, proc.stdout + proc.stderr
+    assert "--harness-rounds 1: expected an integer from 2 to 200" in proc.stderr
+
+
 def test_pytest_harness_base_with_an_unknown_revision_is_a_usage_error(tmp_path: Path) -> None:
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     proc = pytest_run(tmp_path, "--harness-base", "no-such-rev-xyz")
