@@ -113,7 +113,9 @@ def check_pip(at: str, argv: list[str]) -> None:
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     extras = set(project["optional-dependencies"])
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
-    installs = [line.split() for line in ci.splitlines() if " pip install " in line]
+    installs = [
+        line.split() for line in ci.splitlines() if re.search(r"pip (install|download) ", line)
+    ]
     for arg in argv:
         if m := re.fullmatch(r"\.\[([\w,-]+)\]", arg):
             bad = set(m.group(1).split(",")) - extras
