@@ -75,8 +75,10 @@ def side_worker(
 
 def case_worker(base: WorkerSpec, side: SideSpec, case: Case) -> WorkerSpec:
     """The worker ``case`` runs in: ``base``, with the case's own code root first on the
-    import path when it has one."""
+    import path when it has one, and importing what the case ``requires`` at start-up (where
+    it imports: a worker without it still starts, and the case is skipped saying why)."""
+    spec = base if not case.requires else replace(base, warm=case.requires)
     root = side.case_root(case)
     if root is None:
-        return base
-    return replace(base, code_roots=(str(root), *side.code_roots))
+        return spec
+    return replace(spec, code_roots=(str(root), *side.code_roots))

@@ -13,13 +13,35 @@ hand stays too: it cannot be told from a library's own (Cython keeps its shared 
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 _LISTS = ("path", "meta_path", "path_hooks")
 _MISSING = object()
+# Before a module name a worker imports at start-up: import it only where that succeeds.
+WHERE_IT_IMPORTS = "?"
+
+
+def preimport(names: Iterable[str]) -> None:
+    """Import ``names`` at a worker's (or its zygote's) start-up, each one this interpreter can
+    find. A name marked :data:`WHERE_IT_IMPORTS` (a module a case requires) is imported only
+    where its import succeeds: an error it raises is the case's to raise, when its attempt
+    imports it, and to be reported there as the case's error, not as a worker that failed to
+    start."""
+    for entry in names:
+        name = entry.removeprefix(WHERE_IT_IMPORTS)
+        if name == entry:
+            if importlib.util.find_spec(name) is not None:
+                __import__(name)
+            continue
+        # (find_spec of ``pkg.sub`` imports ``pkg``, and raises when there is none)
+        with contextlib.suppress(Exception):  # the case's to raise or be skipped on
+            if importlib.util.find_spec(name) is not None:
+                __import__(name)
 
 
 def lists() -> list[tuple[list[Any], list[Any]]]:

@@ -20,7 +20,6 @@ import argparse
 import contextlib
 import faulthandler
 import gc
-import importlib.util
 import mmap
 import os
 import signal
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from harness.worker import protocol as p
+from harness.worker.imports import preimport
 from harness.worker.isolation import configure as configure_isolation
 from harness.worker.isolation import forget as forget_snapshot
 from harness.worker.isolation import isolated, tables_frozen, unfrozen_tables
@@ -188,9 +188,7 @@ def main(argv: list[str] | None = None, *, parent_pid: int | None = None) -> int
     die_with_parent(str(parent_pid) if parent_pid else os.environ.get("HARNESS_MANAGER_PID"))
     become_subreaper()
     configure_isolation(stackdump=dump, reuse=True)
-    for name in args.preimport:
-        if importlib.util.find_spec(name) is not None:
-            __import__(name)
+    preimport(args.preimport)
     threads = os.environ.get("HARNESS_THREADS")
     if threads and "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(int(threads))

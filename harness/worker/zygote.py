@@ -34,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib
-import importlib.util
 import json
 import os
 import select
@@ -46,6 +45,8 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from harness.worker.imports import preimport
 
 MAX_FDS = 5
 PACKET = 1 << 20
@@ -345,9 +346,7 @@ def main(argv: list[str]) -> int:
         from harness.worker.main import die_with_parent
 
         die_with_parent(os.environ.get("HARNESS_MANAGER_PID"))
-    for name in modules:
-        if importlib.util.find_spec(name) is not None:
-            __import__(name)
+    preimport(modules)
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         # a CUDA (or HIP) context does not survive a fork: spawn the workers instead

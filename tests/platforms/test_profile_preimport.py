@@ -5,6 +5,7 @@ for a stack that uses neither; through the real CLI and real workers."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -102,3 +103,101 @@ def test_a_probe_that_imports_torch_into_a_torch_free_worker_replaces_it(tmp_pat
     assert first["pid"] != second["pid"]
     doc = json.loads((tmp_path / "reports" / "r" / "report.json").read_text())
     assert doc["env"]["torch"]["version"] == "2.13.0+cu128"  # the probe did import it
+
+
+# A module that says which process imported it, and one whose import raises.
+HEAVY = "import os\nIMPORTED_BY = os.getpid()\n"
+BROKEN = "raise RuntimeError('broken install: this module cannot be imported')\n"
+REQUIRING = """
+import os
+import sys
+from harness import probe
+
+def loaded(name: str = "heavy") -> None:
+    probe.note("loaded", name in sys.modules)  # before this attempt imports anything
+    module = __import__(name)
+    probe.note("imported_by_this_worker", module.IMPORTED_BY == os.getpid())
+"""
+REQUIRES_CASES = """
+[[case]]
+id = "requires-heavy"
+kind = "loader"
+target = "req:loaded"
+requires = ["heavy"]
+
+[[case]]
+id = "requires-nothing"
+kind = "loader"
+target = "req:loaded"
+
+[[case]]
+id = "requires-broken"
+kind = "loader"
+target = "req:loaded"
+params = { name = "broken" }
+requires = ["broken"]
+
+[[case]]
+id = "requires-absent"
+kind = "loader"
+target = "req:loaded"
+requires = ["module_nobody_has"]
+"""
+
+
+@pytest.mark.slow
+def test_a_case_s_requires_are_imported_before_its_worker_is_ready(tmp_path: Path) -> None:
+    """The modules a case ``requires`` are imported at its worker's start-up, in the zygote the
+    worker is forked from (one import for the workers forked from it: a stack such as
+    diffusers costs ~2.8 s of CPU per import), and only there: a case without them runs in a
+    worker without them. A module whose import fails leaves the worker starting all the same,
+    and the case raises that error as its own; one that is absent skips its case."""
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "req.py").write_text(REQUIRING)
+    # installed (on the import path), as a stack's dependencies are; a code root's own modules
+    # are the worker's to import, never its zygote's, which serves either side of a comparison
+    (tmp_path / "libs").mkdir()
+    (tmp_path / "libs" / "heavy.py").write_text(HEAVY)
+    (tmp_path / "libs" / "broken.py").write_text(BROKEN)
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "req.toml").write_text(REQUIRES_CASES)
+    (tmp_path / "runners").mkdir()  # numpy and torch left out: nothing else to import
+    (tmp_path / "runners" / "cpu.toml").write_text(
+        'name = "cpu"\nplatform = "cpu"\npreimport = []\n'
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "run",
+            "cases",
+            "--code-root",
+            "code",
+            "-q",
+            "--run-id",
+            "r",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={
+            **{k: v for k, v in os.environ.items() if k != "HARNESS_FORK_WORKERS"},
+            "PYTHONPATH": str(tmp_path / "libs"),
+        },
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]  # requires-broken fails: its error
+    doc = json.loads((tmp_path / "reports" / "r" / "report.json").read_text())
+    cases = {c["id"]: c for c in doc["cases"]}
+    notes = {cid: c["attempts"][0]["notes"] for cid, c in cases.items() if c["attempts"]}
+    assert notes["requires-heavy"]["loaded"] is True
+    assert notes["requires-heavy"]["imported_by_this_worker"] is False  # by its zygote
+    assert notes["requires-nothing"]["loaded"] is False
+    assert notes["requires-nothing"]["imported_by_this_worker"] is True
+    broken = cases["requires-broken"]
+    assert broken["status"] == "error", broken["reason"]
+    assert "broken install" in broken["attempts"][0]["error"]["message"]
+    assert cases["requires-absent"]["status"] == "skipped"
+    assert "module_nobody_has" in cases["requires-absent"]["reason"]
