@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
@@ -90,10 +90,13 @@ class WorkerSpec:
     code_roots: tuple[str, ...] = ()
     python: str = sys.executable
     preimport: tuple[str, ...] = DEFAULT_PREIMPORT
-    # The modules the cases it serves ``require`` (a case file's ``requires``): imported at
-    # start-up too, each where it imports (:func:`harness.worker.imports.preimport`), so that
-    # the workers forked from one zygote import a heavy stack (diffusers: ~2.8 s of CPU) once.
-    warm: tuple[str, ...] = ()
+    # What the case that starts it ``requires`` (a case with a ``code_root`` of its own, see
+    # harness.execution.workers.case_worker): imported at start-up too, each where it imports
+    # (:func:`harness.worker.imports.preimport`), so that the workers forked from one zygote
+    # import a heavy stack (diffusers: ~2.8 s of CPU) once. Not part of the worker's identity:
+    # the cases of one code root share its worker whatever each requires, and one that
+    # requires more imports the rest in its attempt, as it would without this.
+    warm: tuple[str, ...] = field(default=(), compare=False)
     cwd: str | None = None
     extra_env: tuple[tuple[str, str], ...] = ()
     side: str = "head"

@@ -74,11 +74,14 @@ def side_worker(
 
 
 def case_worker(base: WorkerSpec, side: SideSpec, case: Case) -> WorkerSpec:
-    """The worker ``case`` runs in: ``base``, with the case's own code root first on the
-    import path when it has one, and importing what the case ``requires`` at start-up (where
-    it imports: a worker without it still starts, and the case is skipped saying why)."""
-    spec = base if not case.requires else replace(base, warm=case.requires)
+    """The worker ``case`` runs in: ``base``, or, for a case with a code root of its own, a
+    worker with that folder first on the import path, which imports what the case
+    ``requires`` at start-up (where it imports: a worker without it still starts, and the case
+    is skipped saying why). A code root's cases are one stack's, which require the same
+    stack; the side's own worker serves the rest of the suite, where whichever case started it
+    (a server case's HTTP client, say) would decide what it imports and which zygote it is
+    forked from, so it imports only what the runner profile names."""
     root = side.case_root(case)
     if root is None:
-        return spec
-    return replace(spec, code_roots=(str(root), *side.code_roots))
+        return base
+    return replace(base, code_roots=(str(root), *side.code_roots), warm=case.requires)

@@ -114,46 +114,65 @@ import sys
 from harness import probe
 
 def loaded(name: str = "heavy") -> None:
+    probe.note("pid", os.getpid())
     probe.note("loaded", name in sys.modules)  # before this attempt imports anything
     module = __import__(name)
     probe.note("imported_by_this_worker", module.IMPORTED_BY == os.getpid())
 """
+# In the order they run: code2's worker is started by the case whose requirement breaks, code's
+# by the one that requires heavy; the case without a code root of its own runs in the side's
+# worker (--code-root code).
 REQUIRES_CASES = """
 [[case]]
-id = "requires-heavy"
-kind = "loader"
-target = "req:loaded"
-requires = ["heavy"]
-
-[[case]]
-id = "requires-nothing"
-kind = "loader"
-target = "req:loaded"
-
-[[case]]
-id = "requires-broken"
+id = "a-requires-broken"
 kind = "loader"
 target = "req:loaded"
 params = { name = "broken" }
+code_root = "code2"
 requires = ["broken"]
 
 [[case]]
-id = "requires-absent"
+id = "b-requires-heavy"
 kind = "loader"
 target = "req:loaded"
+code_root = "code"
+requires = ["heavy"]
+
+[[case]]
+id = "c-requires-heavy-and-json"
+kind = "loader"
+target = "req:loaded"
+code_root = "code"
+requires = ["heavy", "json"]
+
+[[case]]
+id = "d-requires-absent"
+kind = "loader"
+target = "req:loaded"
+code_root = "code"
 requires = ["module_nobody_has"]
+
+[[case]]
+id = "e-requires-heavy-in-the-side-s-worker"
+kind = "loader"
+target = "req:loaded"
+requires = ["heavy"]
 """
 
 
 @pytest.mark.slow
-def test_a_case_s_requires_are_imported_before_its_worker_is_ready(tmp_path: Path) -> None:
-    """The modules a case ``requires`` are imported at its worker's start-up, in the zygote the
-    worker is forked from (one import for the workers forked from it: a stack such as
-    diffusers costs ~2.8 s of CPU per import), and only there: a case without them runs in a
-    worker without them. A module whose import fails leaves the worker starting all the same,
-    and the case raises that error as its own; one that is absent skips its case."""
-    (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "req.py").write_text(REQUIRING)
+def test_a_code_root_s_worker_imports_what_its_case_requires_before_it_is_ready(
+    tmp_path: Path,
+) -> None:
+    """The worker of a case with a code root of its own imports the modules the case
+    ``requires`` at start-up, in the zygote it is forked from (one import for the workers
+    forked from it: a stack such as diffusers costs ~2.8 s of CPU per import); the code root's
+    other cases share that worker whatever they require. A module whose import fails leaves
+    the worker starting all the same, and the case raises that error as its own; one that is
+    absent skips its case. The side's own worker imports only what the profile names."""
+    for root in ("code", "code2"):
+        (tmp_path / root).mkdir()
+        (tmp_path / root / "req.py").write_text(REQUIRING)
     # installed (on the import path), as a stack's dependencies are; a code root's own modules
     # are the worker's to import, never its zygote's, which serves either side of a comparison
     (tmp_path / "libs").mkdir()
@@ -188,16 +207,19 @@ def test_a_case_s_requires_are_imported_before_its_worker_is_ready(tmp_path: Pat
             "PYTHONPATH": str(tmp_path / "libs"),
         },
     )
-    assert proc.returncode == 1, proc.stderr[-3000:]  # requires-broken fails: its error
+    assert proc.returncode == 1, proc.stderr[-3000:]  # a-requires-broken fails: its error
     doc = json.loads((tmp_path / "reports" / "r" / "report.json").read_text())
+    assert [c["id"] for c in doc["cases"]] == sorted(c["id"] for c in doc["cases"])
     cases = {c["id"]: c for c in doc["cases"]}
     notes = {cid: c["attempts"][0]["notes"] for cid, c in cases.items() if c["attempts"]}
-    assert notes["requires-heavy"]["loaded"] is True
-    assert notes["requires-heavy"]["imported_by_this_worker"] is False  # by its zygote
-    assert notes["requires-nothing"]["loaded"] is False
-    assert notes["requires-nothing"]["imported_by_this_worker"] is True
-    broken = cases["requires-broken"]
+    broken = cases["a-requires-broken"]
     assert broken["status"] == "error", broken["reason"]
     assert "broken install" in broken["attempts"][0]["error"]["message"]
-    assert cases["requires-absent"]["status"] == "skipped"
-    assert "module_nobody_has" in cases["requires-absent"]["reason"]
+    heavy, both = notes["b-requires-heavy"], notes["c-requires-heavy-and-json"]
+    assert heavy["loaded"] is True and heavy["imported_by_this_worker"] is False  # its zygote's
+    assert both["pid"] == heavy["pid"]  # one worker for the code root's cases
+    assert cases["d-requires-absent"]["status"] == "skipped"
+    assert "module_nobody_has" in cases["d-requires-absent"]["reason"]
+    side = notes["e-requires-heavy-in-the-side-s-worker"]
+    assert side["pid"] != heavy["pid"]
+    assert side["loaded"] is False and side["imported_by_this_worker"] is True
