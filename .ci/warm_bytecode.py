@@ -1,20 +1,34 @@
-"""Import, in one process, what the test processes import: each module is compiled to bytecode
-once here, before the tests, instead of in each of the test session's first processes at once
-(`.ci/run` installs without compiling; see the comment there). Nothing is asserted: a module
-that does not import (an optional extra not installed) is left to the tests to report."""
+"""Import, in one process per group (two, beside each other), what the test processes import:
+each module is compiled to bytecode once here, before the tests, instead of in each of the
+test session's first processes at once (`.ci/run` installs without compiling; see the comment
+there). Nothing is asserted: a module that does not import (an optional extra not installed)
+is left to the tests to report."""
 
 from __future__ import annotations
 
 import importlib
+import sys
 
-MODULES = (
+# torch and the stacks built on it (each of these imports torch)
+TORCH = (
     "torch",
+    "safetensors.torch",
+    # the diffusers stack's cases and tests (the `diffusers` extra)
+    "diffusers.models.transformers.transformer_wan",
+    "diffusers.pipelines.wan",
+    "diffusers.pipelines.ltx2",
+    "diffusers.pipelines.ltx2.vocoder",
+    "transformers.models.umt5",
+    "transformers.models.gemma3",
+    "transformers.models.clip",
+)
+# the rest, none of which imports torch
+REST = (
     "numpy",
     "scipy.stats",
     "skimage.metrics",
     "av",
     "PIL.Image",
-    "safetensors.torch",
     "jinja2",
     "fastapi",
     "uvicorn",
@@ -25,17 +39,12 @@ MODULES = (
     "harness.checks.quality",
     "harness.references.layered",
     "harness.pytest_plugin",
-    # the diffusers stack's cases and tests (the `diffusers` extra)
-    "diffusers.models.transformers.transformer_wan",
-    "diffusers.pipelines.wan",
-    "diffusers.pipelines.ltx2",
-    "diffusers.pipelines.ltx2.vocoder",
-    "transformers.models.umt5",
-    "transformers.models.gemma3",
-    "transformers.models.clip",
 )
+GROUPS = {"torch": TORCH, "rest": REST}
 
-for name in MODULES:
+# `warm_bytecode.py torch` or `rest`, one group in each of two processes; neither: both.
+names = GROUPS[sys.argv[1]] if len(sys.argv) > 1 else (*TORCH, *REST)
+for name in names:
     try:
         importlib.import_module(name)
     except Exception as exc:  # reported by the tests that need it
