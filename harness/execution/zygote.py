@@ -52,6 +52,10 @@ PER_WORKER_ENV = frozenset(
         CHECKOUT_ENV,
     }
 )
+# And every variable of a CI job's own that starts with one of these: GitHub Actions names a
+# file of each step's (GITHUB_STEP_SUMMARY) and says it is GitHub Actions, which the harness
+# reads when it reports, never a library at import; the steps of one job then share a zygote.
+PER_WORKER_PREFIXES = ("GITHUB_",)
 # Zygotes kept alive at once (each holds torch's memory); the least recently used goes first.
 MAX_ZYGOTES = 2
 ENV_SWITCH = "HARNESS_FORK_WORKERS"
@@ -181,7 +185,11 @@ def _key_env(env: Mapping[str, str], code_roots: Sequence[str]) -> dict[str, str
     """The zygote's environment for a worker with ``env``: without what differs between its
     workers, its import path without the code roots in front (None: ``PYTHONPATH`` does not
     start with them, and the worker is spawned plainly)."""
-    base = {k: v for k, v in env.items() if k not in PER_WORKER_ENV}
+    base = {
+        k: v
+        for k, v in env.items()
+        if k not in PER_WORKER_ENV and not k.startswith(PER_WORKER_PREFIXES)
+    }
     pythonpath = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     if pythonpath[: len(code_roots)] != list(code_roots):
         return None

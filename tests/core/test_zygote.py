@@ -223,7 +223,8 @@ def test_the_runs_of_two_xdist_workers_share_a_zygote_and_each_worker_has_its_ow
     """pytest-xdist names each of its workers in the environment (``PYTEST_XDIST_WORKER``):
     `pytest harness/ -n 2` with shared zygotes starts one zygote (which imports the profile's
     preimports, torch by default), not one per xdist worker, and each harness worker still
-    sees the name of the xdist worker that asked for it."""
+    sees the name of the xdist worker that asked for it. So do two steps of one GitHub Actions
+    job, each with a job summary file of its own (``GITHUB_STEP_SUMMARY``)."""
     root = _project(tmp_path)
     folder = tmp_path / "zygotes"
     dump = str(root / "facts.json")
@@ -238,12 +239,16 @@ def test_the_runs_of_two_xdist_workers_share_a_zygote_and_each_worker_has_its_ow
                 ENVDUMP=dump,
                 PYTEST_XDIST_WORKER=name,
                 PYTEST_XDIST_TESTRUNUID=f"run-{name}",
+                GITHUB_ACTIONS="true",
+                GITHUB_STEP_SUMMARY=str(root / f"summary-{name}.md"),
             )
             seen[name] = (_forked_from(log), facts["environ"])
         assert seen["gw0"][0] == seen["gw1"][0], "two zygotes for one environment"
         for name, (_, environ) in seen.items():
             assert environ["PYTEST_XDIST_WORKER"] == name
             assert environ["PYTEST_XDIST_TESTRUNUID"] == f"run-{name}"
+            assert environ["GITHUB_STEP_SUMMARY"] == str(root / f"summary-{name}.md")
+            assert environ["GITHUB_ACTIONS"] == "true"
     finally:
         stop_shared(folder)
 
