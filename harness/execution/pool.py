@@ -90,12 +90,7 @@ class WorkerSpec:
     code_roots: tuple[str, ...] = ()
     python: str = sys.executable
     preimport: tuple[str, ...] = DEFAULT_PREIMPORT
-    # What the case that starts it ``requires`` (a case with a ``code_root`` of its own, see
-    # harness.execution.workers.case_worker): imported at start-up too, each where it imports
-    # (:func:`harness.worker.imports.preimport`), so that the workers forked from one zygote
-    # import a heavy stack (diffusers: ~2.8 s of CPU) once. Not part of the worker's identity:
-    # the cases of one code root share its worker whatever each requires, and one that
-    # requires more imports the rest in its attempt, as it would without this.
+    # what the case that starts it requires, imported at start-up (workers.case_worker: why)
     warm: tuple[str, ...] = field(default=(), compare=False)
     cwd: str | None = None
     extra_env: tuple[tuple[str, str], ...] = ()
@@ -133,8 +128,7 @@ def worker_env(spec: WorkerSpec) -> dict[str, str]:
 def worker_modules(spec: WorkerSpec) -> tuple[str, ...]:
     """What a worker of ``spec`` imports before it says it is ready: a persistent one also
     imports the attempt runner (the checks, the metrics), a one-off cost of the worker's
-    start, never of its first case, and what its cases require, where that imports
-    (:data:`harness.worker.imports.WHERE_IT_IMPORTS`); a fresh-process one nothing."""
+    start, never of its first case, and :attr:`WorkerSpec.warm`; a fresh-process one nothing."""
     if spec.fresh:
         return ()
     warm = tuple(WHERE_IT_IMPORTS + m for m in spec.warm if m not in spec.preimport)

@@ -77,8 +77,11 @@ def case_worker(base: WorkerSpec, side: SideSpec, case: Case) -> WorkerSpec:
     """The worker ``case`` runs in: ``base``, or, for a case with a code root of its own, a
     worker with that folder first on the import path, which imports what the case
     ``requires`` at start-up (where it imports: a worker without it still starts, and the case
-    is skipped saying why). A code root's cases are one stack's, which require the same
-    stack; the side's own worker serves the rest of the suite, where whichever case started it
+    is skipped saying why): installed packages in the zygote it is forked from, so that the
+    workers forked from one zygote import a heavy stack (diffusers: ~2.8 s of CPU) once. They
+    are not part of the worker's identity: a code root's cases are one stack's, and share its
+    worker whatever each requires (one that requires more imports the rest in its attempt).
+    The side's own worker serves the rest of the suite, where whichever case started it
     (a server case's HTTP client, say) would decide what it imports and which zygote it is
     forked from, so it imports only what the runner profile names."""
     root = side.case_root(case)
