@@ -41,6 +41,9 @@ target = "pre:loaded"
 """
 
 
+CLI_RUN = [sys.executable, "-m", "harness.cli", "run", "cases", "--code-root", "code"]
+
+
 def run(tmp_path: Path, runner: str) -> list[dict[str, object]]:
     (tmp_path / "code").mkdir(exist_ok=True)
     (tmp_path / "code" / "pre.py").write_text(TARGET)
@@ -48,9 +51,8 @@ def run(tmp_path: Path, runner: str) -> list[dict[str, object]]:
     (tmp_path / "cases" / "pre.toml").write_text(CASE)
     (tmp_path / "runners").mkdir()
     (tmp_path / "runners" / "r.toml").write_text(runner)
-    cli = [sys.executable, "-m", "harness.cli", "run", "cases", "--code-root", "code"]
     proc = subprocess.run(
-        [*cli, "--runner", "runners/r.toml", "--run-id", "r", "-q"],
+        [*CLI_RUN, "--runner", "runners/r.toml", "--run-id", "r", "-q"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -185,18 +187,7 @@ def test_a_code_root_s_worker_imports_what_its_case_requires_before_it_is_ready(
         'name = "cpu"\nplatform = "cpu"\npreimport = []\n'
     )
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness.cli",
-            "run",
-            "cases",
-            "--code-root",
-            "code",
-            "-q",
-            "--run-id",
-            "r",
-        ],
+        [*CLI_RUN, "-q", "--run-id", "r"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
