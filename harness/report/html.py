@@ -34,6 +34,7 @@ from harness.fsio import write_text_atomic
 from harness.model import Attempt, CaseResult, RunReport, fmt_number
 from harness.report.detail import Strings, case_detail, page_data, seconds
 from harness.report.shown import has_media
+from harness.report.template_cache import CompiledTemplates
 
 if TYPE_CHECKING:
     from harness.references.store import ReferenceStore
@@ -49,9 +50,11 @@ _LOG_IN_MESSAGE = re.compile(r"log: (\S+\.log)")
 
 @functools.cache
 def environment() -> jinja2.Environment:
-    """The templates, autoescaped (every ``{{ }}`` is HTML-escaped unless it is Markup)."""
+    """The templates, autoescaped (every ``{{ }}`` is HTML-escaped unless it is Markup), and
+    compiled once, not in every process (:mod:`harness.report.template_cache`)."""
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("harness.report", "templates"),
+        bytecode_cache=CompiledTemplates(),
         autoescape=True,
         trim_blocks=True,
         lstrip_blocks=True,
