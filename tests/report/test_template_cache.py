@@ -42,7 +42,10 @@ def render(folder: Path) -> tuple[str, list[str]]:
 
 
 @pytest.fixture
-def templates(tmp_path: Path) -> Path:
+def templates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Two templates, whose code is cached beside them (whatever PYTHONPYCACHEPREFIX this
+    session has, as `.ci/run` sets one)."""
+    monkeypatch.setattr(sys, "pycache_prefix", None)
     folder = tmp_path / "templates"
     folder.mkdir()
     (folder / "page.j2").write_text(PAGE)
