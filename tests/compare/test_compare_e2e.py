@@ -283,6 +283,11 @@ def test_aa_calibration_stores_noise_that_later_comparisons_use(scratch: Any) ->
     again = json.loads((scratch["runs"] / "aa-again" / "comparison.json").read_text())
     assert again["noise_source"] == str(noise_dir / "cpu.json")
     for s in case(again)["latency"]:
+        if s["stage"] not in stages:
+            # left out of the calibration: a round measured it at 0 s or less (wall time less
+            # run-queue delay, of a stage of microseconds on a loaded runner); the default margin
+            assert s.get("noise") is None and s.get("margin") in (None, pytest.approx(0.05)), s
+            continue
         want = stages[s["stage"]]["noise"]
         assert s["noise"] == pytest.approx(want)
         assert s["margin"] == pytest.approx(max(0.05, 2 * want))
