@@ -7,7 +7,9 @@ is left to the tests to report."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
+from pathlib import Path
 
 # torch and the stacks built on it (each of these imports torch)
 TORCH = (
@@ -42,10 +44,32 @@ REST = (
 )
 GROUPS = {"torch": TORCH, "rest": REST}
 
-# `warm_bytecode.py torch` or `rest`, one group in each of two processes; neither: both.
-names = GROUPS[sys.argv[1]] if len(sys.argv) > 1 else (*TORCH, *REST)
-for name in names:
-    try:
-        importlib.import_module(name)
-    except Exception as exc:  # reported by the tests that need it
-        print(f"warm-up: {name} did not import: {exc!r}")
+
+def cached(names: tuple[str, ...]) -> bool:
+    """Whether the bytecode of each package's ``__init__`` is cached and not older than its
+    source (found without importing anything): a cache a previous run filled, in which the
+    rest of what that run imported is, too."""
+    for top in sorted({name.split(".")[0] for name in names}):
+        spec = importlib.util.find_spec(top)
+        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            continue  # not installed, or an extension module: nothing compiled
+        pyc = Path(importlib.util.cache_from_source(spec.origin))
+        try:
+            if pyc.stat().st_mtime < Path(spec.origin).stat().st_mtime:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+if __name__ == "__main__":
+    # `warm_bytecode.py torch` or `rest`, one group in each of two processes; neither: both;
+    # `cached`: exit 0 when both groups' bytecode is cached already, else 1.
+    if sys.argv[1:] == ["cached"]:
+        sys.exit(0 if cached((*TORCH, *REST)) else 1)
+    names = GROUPS[sys.argv[1]] if len(sys.argv) > 1 else (*TORCH, *REST)
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # reported by the tests that need it
+            print(f"warm-up: {name} did not import: {exc!r}")
