@@ -46,13 +46,17 @@ GROUPS = {"torch": TORCH, "rest": REST}
 
 
 def cached(names: tuple[str, ...]) -> bool:
-    """Whether the bytecode of each package's ``__init__`` is cached and not older than its
-    source (found without importing anything): a cache a previous run filled, in which the
-    rest of what that run imported is, too."""
+    """Whether the bytecode of each installed package's ``__init__`` is cached and not older
+    than its source (found without importing anything): a cache a previous run filled, in which
+    the rest of what that run imported is, too. The checkout's own packages (harness), whose
+    bytecode is never kept, are compiled by the collection either way."""
+    checkout = Path.cwd().resolve()
     for top in sorted({name.split(".")[0] for name in names}):
         spec = importlib.util.find_spec(top)
         if spec is None or not spec.origin or not spec.origin.endswith(".py"):
             continue  # not installed, or an extension module: nothing compiled
+        if Path(spec.origin).resolve().is_relative_to(checkout):
+            continue
         pyc = Path(importlib.util.cache_from_source(spec.origin))
         try:
             if pyc.stat().st_mtime < Path(spec.origin).stat().st_mtime:
