@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bareenv import bare_env
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = REPO / "targets" / "diffusers_scenarios"
@@ -76,10 +77,9 @@ def fresh_digests() -> dict[tuple[str, str, int], str]:
     for both: each imports torch, diffusers and transformers, ~3 s of CPU."""
     proc = subprocess.run(
         [sys.executable, "-c", FRESH_DIGESTS],
-        env={
-            "PYTHONPATH": os.pathsep.join([str(SCENARIOS), str(REPO), str(Path(__file__).parent)]),
-            "PATH": "/usr/bin:/bin",
-        },
+        env=bare_env(
+            PYTHONPATH=os.pathsep.join([str(SCENARIOS), str(REPO), str(Path(__file__).parent)])
+        ),
         capture_output=True,
         text=True,
         timeout=600,
@@ -112,6 +112,16 @@ def python_without_diffusers(tmp_path_factory: pytest.TempPathFactory) -> str:
     for entry in site.iterdir():
         if not _hidden(entry.name, ("diffusers",)):
             (view / entry.name).symlink_to(entry)
+    # The view's modules are this environment's files under another path. Where compiled
+    # modules are kept in a cache folder (PYTHONPYCACHEPREFIX, as CI does, bareenv.py), the
+    # view's part of it is this environment's part: torch is not compiled again for the view
+    # (~3 s of CPU, measured 2026-12-05). Python checks each cached module against its source's
+    # time and size, which are the same file's.
+    prefix = os.environ.get("PYTHONPYCACHEPREFIX")
+    if prefix:
+        cached = Path(prefix) / view.relative_to(view.anchor)
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        cached.symlink_to(Path(prefix) / site.relative_to(site.anchor), target_is_directory=True)
     python = venv / "bin" / "python"
     new_site = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bareenv import bare_env
+
 from harness import media
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,7 +45,7 @@ def test_one_clip_is_the_same_mp4_in_every_process() -> None:
         subprocess.Popen(
             [sys.executable, "-c", WRITE, str(CLIP)],
             cwd=REPO,
-            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": env_path},
+            env=bare_env(PYTHONPATH=env_path),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

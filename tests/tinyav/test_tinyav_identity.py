@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bareenv import bare_env
 from tinyav import dispatch
 from tinyav.scenarios import pipeline as pipeline_scenarios
 
@@ -96,7 +97,7 @@ def test_standalone_tinyav_has_no_platform_info_and_still_plans() -> None:
     out = subprocess.run(
         [sys.executable, "-c", code],
         cwd=TARGET,
-        env={"PYTHONPATH": str(TARGET), "PATH": "/usr/bin:/bin"},
+        env=bare_env(PYTHONPATH=str(TARGET)),
         capture_output=True,
         text=True,
         timeout=120,
