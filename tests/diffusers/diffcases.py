@@ -29,7 +29,8 @@ def require_diffusers(reason: str) -> None:
 
 
 # The tests that build diffusers' models in the test process share one xdist worker, which
-# imports diffusers' and transformers' model modules (~2.5 s of CPU) once.
+# imports diffusers' and transformers' model modules (~2.5 s of CPU) once; the CLIP metric's
+# tests (tests/metrics/test_clip.py) join it for transformers.
 IN_PROCESS = pytest.mark.xdist_group("diffusers-in-process")
 
 

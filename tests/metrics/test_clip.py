@@ -14,6 +14,11 @@ from harness import metrics
 from harness.errors import InputError
 from harness.metrics import clip as clip_mod
 
+# On the xdist worker of the diffusers tests that build models in the test process
+# (tests/diffusers/diffcases.py): that worker imports transformers once for both (importing it
+# for CLIPModel alone cost ~2.5-3 s of CPU in another worker, measured 2026-12-05).
+pytestmark = pytest.mark.xdist_group("diffusers-in-process")
+
 
 def _save_tiny_clip(path: Path, *, with_processor: bool) -> Path:
     from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel
